@@ -1,0 +1,35 @@
+"""HACPO's algorithm core: pure torch functions, no I/O (see docs/ARCHITECTURE.md)."""
+
+from hacrl.algo.advantages import (
+    broadcast_to_targets,
+    capability_aware_advantages,
+    capability_aware_baseline,
+    group_relative_advantages,
+    pooled_advantages,
+)
+from hacrl.algo.capability import CapabilityWindow, omega_matrix, smoothed_capability
+from hacrl.algo.loss import LossBatch, LossConfig, LossOutput, aggregate, policy_loss
+from hacrl.algo.methods import METHODS, MethodSpec, get_method, register_method
+from hacrl.algo.objectives import (
+    borrowed_sample_loss,
+    clipped_surrogate_loss,
+    exponential_is_weight,
+    low_variance_kl,
+    stepwise_lower_bound,
+)
+from hacrl.algo.ratios import (
+    masked_mean,
+    mean_sequence_logprob,
+    sequence_log_ratio,
+    token_log_ratio,
+)
+
+__all__ = [
+    "METHODS", "CapabilityWindow", "LossBatch", "LossConfig", "LossOutput", "MethodSpec",
+    "aggregate", "borrowed_sample_loss", "broadcast_to_targets", "capability_aware_advantages",
+    "capability_aware_baseline", "clipped_surrogate_loss", "exponential_is_weight",
+    "get_method", "group_relative_advantages", "low_variance_kl", "masked_mean",
+    "mean_sequence_logprob", "omega_matrix", "policy_loss", "pooled_advantages",
+    "register_method", "sequence_log_ratio", "smoothed_capability", "stepwise_lower_bound",
+    "token_log_ratio",
+]

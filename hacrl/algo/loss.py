@@ -1,0 +1,150 @@
+"""The mini-batch loss every engine trains with: own rows + borrowed rows of one target agent.
+
+    loss = -(J_homo + J_hete) + kl_coef * KL(own rows)
+
+Rows are responses in the *target's* tokens. An own row (or a Naive borrowed row, which is
+treated as if the target had sampled it) uses the GSPO/GRPO clipped surrogate; a cross row uses
+HACPO's clip(s, lower_m, 1) * sg(s)^alpha * omega^(j,k) * A^(k). Per-row losses are spread over
+the row's tokens and aggregated like verl (`seq-mean-token-mean` or `token-mean`), so own and
+borrowed rows of one mixed mini-batch share one mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from hacrl.algo.objectives import (
+    borrowed_sample_loss,
+    clipped_surrogate_loss,
+    low_variance_kl,
+    stepwise_lower_bound,
+)
+from hacrl.algo.ratios import masked_mean, sequence_log_ratio, token_log_ratio
+
+LOG_RATIO_BOUND = 20.0  # exp() stays finite even for wildly off-policy borrowed rows
+
+
+@dataclass
+class LossBatch:
+    """What the loss needs besides the current log-probs; B rows, T target tokens.
+
+    response_mask: [B, T] 1 on response tokens.
+    old_logp: [B, T] pre-update log-probs in target tokens (own and Naive rows; 0 for cross rows).
+    source_mean_logp: [B] mean rollout-policy log-prob over the *source's* tokens.
+    advantages: [B] A^(k) (target baseline).
+    omega: [B] omega^(j,k) modulation (1 for own rows or when modulation is off).
+    cross: [B] bool, row uses the cross-agent (HACPO) objective.
+    own: [B] bool, row was sampled by the target itself (the KL term applies).
+    ref_logp: [B, T] reference-policy log-probs, or None when there is no KL term.
+    """
+
+    response_mask: Tensor
+    old_logp: Tensor
+    source_mean_logp: Tensor
+    advantages: Tensor
+    omega: Tensor
+    cross: Tensor
+    own: Tensor
+    ref_logp: Tensor | None = None
+
+    def select(self, index: Tensor) -> LossBatch:
+        """Rows `index` (e.g. one mini-batch)."""
+        return LossBatch(**{k: (v[index] if v is not None else None) for k, v in vars(self).items()})
+
+    def to(self, device: torch.device | str) -> LossBatch:
+        return LossBatch(**{k: (v.to(device) if v is not None else None) for k, v in vars(self).items()})
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Objective parameters of one method (see `hacrl.algo.methods`)."""
+
+    ratio: str = "sequence"  # "sequence" (GSPO) or "token" (GRPO) for own rows
+    loss_agg: str = "seq-mean-token-mean"  # or "token-mean"
+    clip_low: float = 3e-4
+    clip_high: float = 4e-4
+    alpha: float = 1.0
+    delta: float = 0.2  # lower bound of the first update is 1 - delta
+    delta_step: float = 0.025
+    stepwise: bool = True
+    cross_clip: bool = True
+    kl_coef: float = 0.0
+
+
+@dataclass
+class LossOutput:
+    loss: Tensor
+    metrics: dict[str, float]
+    s_homo: Tensor  # [n_own] detached sequence ratios of own rows
+    s_hete: Tensor  # [n_cross] detached sequence ratios of cross rows
+
+
+def aggregate(token_loss: Tensor, mask: Tensor, mode: str) -> Tensor:
+    """Reduce a [B, T] loss to a scalar the way verl's `agg_loss` does."""
+    if mode == "seq-mean-token-mean":
+        return masked_mean(token_loss, mask, dim=-1).mean() if token_loss.shape[0] else token_loss.sum()
+    if mode == "token-mean":
+        return (token_loss * mask).sum() / mask.sum().clamp_min(1.0)
+    raise ValueError(f"unknown loss_agg {mode!r}; use 'seq-mean-token-mean' or 'token-mean'")
+
+
+def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: int) -> LossOutput:
+    """Loss of one mini-batch for one target agent.
+
+    Args:
+        logp: [B, T] current log-probs of the rows' response tokens (with grad).
+        batch: the rows' fixed inputs.
+        cfg: objective parameters.
+        update_index: m, optimizer updates already made in this training step (from 0).
+    """
+    mask = batch.response_mask.to(logp.dtype)
+    cross, own_like = batch.cross, ~batch.cross
+    log_s = sequence_log_ratio(logp, mask, batch.source_mean_logp).clamp(-LOG_RATIO_BOUND,
+                                                                          LOG_RATIO_BOUND)
+    s = log_s.exp()  # [B]
+
+    # Own (and Naive borrowed) rows: GSPO sequence ratio or GRPO token ratio.
+    if cfg.ratio == "sequence":
+        own_loss, own_clipped = clipped_surrogate_loss(s, batch.advantages, cfg.clip_low, cfg.clip_high)
+        own_token_loss = own_loss[:, None].expand_as(mask)
+        own_clip_frac = own_clipped.float()
+    elif cfg.ratio == "token":
+        log_r = token_log_ratio(logp, batch.old_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+        own_token_loss, tok_clipped = clipped_surrogate_loss(
+            log_r.exp(), batch.advantages[:, None], cfg.clip_low, cfg.clip_high)
+        own_clip_frac = masked_mean(tok_clipped.float(), mask, dim=-1)
+    else:
+        raise ValueError(f"unknown ratio {cfg.ratio!r}; use 'sequence' or 'token'")
+
+    # Cross-agent rows: HACPO's stepwise-clipped, exponentially weighted, omega-modulated term.
+    lower = stepwise_lower_bound(update_index, cfg.delta, cfg.delta_step, cfg.stepwise)
+    cross_loss, cross_outside = borrowed_sample_loss(
+        s, batch.advantages, batch.omega, alpha=cfg.alpha, lower=lower, clip=cfg.cross_clip)
+
+    token_loss = torch.where(cross[:, None], cross_loss[:, None].expand_as(mask), own_token_loss)
+    pg_loss = aggregate(token_loss, mask, cfg.loss_agg)
+    loss = pg_loss
+
+    kl_value = torch.zeros((), dtype=logp.dtype)
+    if cfg.kl_coef > 0 and batch.ref_logp is not None and bool(batch.own.any()):
+        kl_mask = mask * batch.own[:, None].to(mask.dtype)
+        kl_value = aggregate(low_variance_kl(logp, batch.ref_logp), kl_mask, "token-mean")
+        loss = loss + cfg.kl_coef * kl_value
+
+    with torch.no_grad():
+        s_own, s_cross = s[batch.own].detach(), s[cross].detach()
+        metrics = {
+            "loss/total": float(loss.detach()),
+            "loss/policy": float(pg_loss.detach()),
+            "loss/kl": float(kl_value.detach()),
+            "loss/own": float(masked_mean(own_token_loss[own_like], mask[own_like], -1).mean())
+            if bool(own_like.any()) else 0.0,
+            "loss/borrowed": float(cross_loss[cross].mean()) if bool(cross.any()) else 0.0,
+            "clip/own_frac": float(own_clip_frac[own_like].mean()) if bool(own_like.any()) else 0.0,
+            "clip/borrowed_frac": float(cross_outside[cross].float().mean()) if bool(cross.any()) else 0.0,
+            "clip/lower_bound": lower,
+        }
+    return LossOutput(loss=loss, metrics=metrics, s_homo=s_own, s_hete=s_cross)
