@@ -11,7 +11,9 @@ borrowed rows of one mixed mini-batch share one mean.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,10 +54,18 @@ class LossBatch:
 
     def select(self, index: Tensor) -> LossBatch:
         """Rows `index` (e.g. one mini-batch)."""
-        return LossBatch(**{k: (v[index] if v is not None else None) for k, v in vars(self).items()})
+        changes: dict[str, Any] = {f.name: _apply(getattr(self, f.name), lambda t: t[index])
+                                   for f in fields(self)}
+        return replace(self, **changes)
 
     def to(self, device: torch.device | str) -> LossBatch:
-        return LossBatch(**{k: (v.to(device) if v is not None else None) for k, v in vars(self).items()})
+        changes: dict[str, Any] = {f.name: _apply(getattr(self, f.name), lambda t: t.to(device))
+                                   for f in fields(self)}
+        return replace(self, **changes)
+
+
+def _apply(value: Tensor | None, fn: Callable[[Tensor], Tensor]) -> Tensor | None:
+    return None if value is None else fn(value)
 
 
 @dataclass(frozen=True)

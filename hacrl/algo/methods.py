@@ -7,7 +7,7 @@ the config; a method only says which mechanisms are on and how rollouts / update
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,6 @@ def get_method(name: str) -> MethodSpec:
         raise KeyError(f"unknown method {name!r}; registered: {', '.join(sorted(METHODS))}") from None
 
 
-_HACPO = dict(shares_rollouts=True, advantage="capability", borrowed="cross",
-              omega_modulation=True, stepwise=True, cross_clip=True)
-
 register_method(MethodSpec("grpo", "GRPO: token ratio, group-relative advantage", ratio="token",
                            loss_agg="token-mean", clip_low=0.2, clip_high=0.28))
 register_method(MethodSpec("gspo", "GSPO: sequence ratio, group-relative advantage"))
@@ -73,12 +70,14 @@ register_method(MethodSpec("gspo_updates_x2", "GSPO with 2x updates on the same 
                            minibatch_divisor=2))
 register_method(MethodSpec("naive", "shared rollouts, pooled advantage, borrowed samples as own",
                            shares_rollouts=True, advantage="pooled", borrowed="as_own"))
-register_method(MethodSpec("hacpo", "HACPO: all four mechanisms", **_HACPO))
-register_method(MethodSpec("hacpo_no_adv", "HACPO with the plain pooled baseline",
-                           **{**_HACPO, "advantage": "pooled"}))
-register_method(MethodSpec("hacpo_no_omega", "HACPO without omega in the gradient modulation",
-                           **{**_HACPO, "omega_modulation": False}))
-register_method(MethodSpec("hacpo_no_stepwise", "HACPO with a fixed lower clip bound 1 - delta",
-                           **{**_HACPO, "stepwise": False}))
-register_method(MethodSpec("hacpo_no_clip", "HACPO without clipping of borrowed ratios",
-                           **{**_HACPO, "stepwise": False, "cross_clip": False}))
+_hacpo = register_method(MethodSpec(
+    "hacpo", "HACPO: all four mechanisms", shares_rollouts=True, advantage="capability",
+    borrowed="cross", omega_modulation=True, stepwise=True, cross_clip=True))
+register_method(replace(_hacpo, name="hacpo_no_adv", advantage="pooled",
+                        description="HACPO with the plain pooled baseline"))
+register_method(replace(_hacpo, name="hacpo_no_omega", omega_modulation=False,
+                        description="HACPO without omega in the gradient modulation"))
+register_method(replace(_hacpo, name="hacpo_no_stepwise", stepwise=False,
+                        description="HACPO with a fixed lower clip bound 1 - delta"))
+register_method(replace(_hacpo, name="hacpo_no_clip", stepwise=False, cross_clip=False,
+                        description="HACPO without clipping of borrowed ratios"))
