@@ -1,0 +1,167 @@
+"""Local engine: a Hugging Face causal LM in this process, on CPU or one GPU.
+
+Sampling uses `generate` (batched, KV cache, left padding); log-probs and updates use one
+forward pass over right-padded prompt+response rows; AdamW with gradient clipping.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hacrl.algo import LossBatch
+from hacrl.engines.base import Engine, Generation, LossFn, SamplingParams, register_engine
+from hacrl.rollout import TokenView, eos_id
+from hacrl.telemetry import peak_memory_metrics
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@register_engine("local")
+class LocalEngine(Engine):
+    def __init__(self, model_path: str, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 weight_decay: float = 0.0, grad_clip: float = 1.0, device: str = "auto",
+                 dtype: str = "float32", reference: bool = False, temperature: float = 1.0,
+                 micro_batch_rows: int | None = None, chunk_rows: int = 512) -> None:
+        self.device = pick_device(device)
+        self.model_path = model_path
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(model_path)
+        model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self.model: Any = model.to(self.device)
+        self.model.generation_config.pad_token_id = self.pad_id
+        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if reference else None
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas,
+                                           weight_decay=weight_decay)
+        self.grad_clip = grad_clip
+        self.temperature = temperature
+        self.micro_batch_rows = micro_batch_rows
+        self.chunk_rows = chunk_rows
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad) if pad is not None else eos_id(self.tokenizer)
+
+    # -- sampling ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], n: int,
+                 sampling: SamplingParams) -> list[list[Generation]]:
+        self.model.eval()
+        rows = [ids for ids in prompt_ids for _ in range(n)]
+        out: list[Generation] = []
+        for start in range(0, len(rows), self.chunk_rows):
+            out.extend(self._generate_chunk(rows[start:start + self.chunk_rows], sampling))
+        return [out[p * n:(p + 1) * n] for p in range(len(prompt_ids))]
+
+    def _generate_chunk(self, rows: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, ids in enumerate(rows):  # left padding: the prompts end where generation starts
+            input_ids[b, width - len(ids):] = torch.tensor(ids)
+            attention[b, width - len(ids):] = 1
+        eos = eos_id(self.tokenizer)
+        kwargs: dict = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=eos,
+                            pad_token_id=self.pad_id)
+        if sampling.greedy:
+            kwargs.update(do_sample=False)
+        else:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                          top_k=0)
+        sequences = self.model.generate(input_ids=input_ids.to(self.device),
+                                        attention_mask=attention.to(self.device), **kwargs)
+        new = sequences[:, width:].tolist()
+        gens = []
+        for tokens in new:
+            if eos in tokens:
+                gens.append(Generation(tokens[:tokens.index(eos) + 1], True))
+            else:
+                gens.append(Generation(tokens, False))
+        return gens
+
+    # -- log-probs ----------------------------------------------------------------------------
+    def _response_logprobs(self, model: torch.nn.Module, views: list[TokenView],
+                           width_t: int) -> Tensor:
+        """[B, width_t] log-probs of each view's response tokens (0 past a response's end)."""
+        seqs = [list(v.prompt_ids) + list(v.response_ids) for v in views]
+        length = max(len(s) for s in seqs)
+        input_ids = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(seqs), length), dtype=torch.long)
+        for b, s in enumerate(seqs):
+            input_ids[b, :len(s)] = torch.tensor(s)
+            attention[b, :len(s)] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        prompt_len = torch.tensor([len(v.prompt_ids) for v in views], device=self.device)
+        resp_len = torch.tensor([len(v.response_ids) for v in views], device=self.device)
+        logits = model(input_ids=input_ids, attention_mask=attention).logits
+        steps = torch.arange(width_t, device=self.device)
+        # response token t sits at prompt_len + t and is predicted from position prompt_len + t - 1
+        pos = (prompt_len[:, None] - 1 + steps[None]).clamp(max=length - 2)
+        picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float()
+        picked = picked / self.temperature
+        targets = input_ids.gather(1, pos + 1)
+        logp = torch.log_softmax(picked, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+        return logp * (steps[None] < resp_len[:, None])
+
+    @torch.no_grad()
+    def log_probs(self, views: list[TokenView], reference: bool = False) -> list[Tensor]:
+        model = self.reference if reference else self.model
+        if model is None:
+            raise RuntimeError("no reference policy: build the engine with reference=True")
+        model.eval()
+        out: list[Tensor] = []
+        for start in range(0, len(views), self.chunk_rows):
+            chunk = views[start:start + self.chunk_rows]
+            width_t = max(1, max(len(v.response_ids) for v in chunk))
+            logp = self._response_logprobs(model, chunk, width_t).cpu()
+            out.extend(logp[b, :len(v.response_ids)] for b, v in enumerate(chunk))
+        return out
+
+    # -- training -----------------------------------------------------------------------------
+    def train_minibatch(self, views: list[TokenView], batch: LossBatch,
+                        loss_fn: LossFn) -> dict[str, float]:
+        self.model.train()
+        rows = len(views)
+        step = self.micro_batch_rows or rows
+        totals: dict[str, float] = {}
+        for start in range(0, rows, step):
+            index = torch.arange(start, min(rows, start + step))
+            micro = batch.select(index).to(self.device)
+            logp = self._response_logprobs(self.model, [views[i] for i in index.tolist()],
+                                           micro.response_mask.shape[1])
+            out = loss_fn(logp, micro)
+            weight = len(index) / rows  # exact for seq-mean aggregation
+            (out.loss * weight).backward()
+            for key, value in out.metrics.items():
+                totals[key] = totals.get(key, 0.0) + value * weight
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals["grad_norm"] = float(grad_norm)
+        return totals
+
+    # -- state --------------------------------------------------------------------------------
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory / "model")
+        self.tokenizer.save_pretrained(directory / "model")
+        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+
+    def load(self, directory: Path) -> None:
+        loaded = AutoModelForCausalLM.from_pretrained(directory / "model",
+                                                      dtype=next(self.model.parameters()).dtype)
+        self.model.load_state_dict(loaded.state_dict())
+        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+
+    def memory_metrics(self) -> dict[str, float]:
+        return peak_memory_metrics(self.device)
