@@ -35,7 +35,8 @@ class LossBatch:
 
     response_mask: [B, T] 1 on response tokens.
     old_logp: [B, T] pre-update log-probs in target tokens (own and Naive rows; 0 for cross rows).
-    source_mean_logp: [B] mean rollout-policy log-prob over the *source's* tokens.
+    source_mean_logp: [B] mean rollout-policy log-prob over the *source's* tokens (used by cross
+        rows only; own and Naive rows take their sequence ratio from old_logp).
     advantages: [B] A^(k) (target baseline).
     omega: [B] omega^(j,k) modulation (1 for own rows or when modulation is off).
     cross: [B] bool, row uses the cross-agent (HACPO) objective.
@@ -56,6 +57,13 @@ class LossBatch:
         """Rows `index` (e.g. one mini-batch)."""
         changes: dict[str, Any] = {f.name: _apply(getattr(self, f.name), lambda t: t[index])
                                    for f in fields(self)}
+        return replace(self, **changes)
+
+    def trim(self, width: int) -> LossBatch:
+        """Drop token columns past `width` (the longest response among these rows)."""
+        changes: dict[str, Any] = {f.name: _apply(getattr(self, f.name), lambda t: t[:, :width])
+                                   for f in fields(self) if getattr(self, f.name) is not None
+                                   and getattr(self, f.name).ndim == 2}
         return replace(self, **changes)
 
     def to(self, device: torch.device | str) -> LossBatch:
@@ -112,8 +120,12 @@ def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: i
     """
     mask = batch.response_mask.to(logp.dtype)
     cross, own_like = batch.cross, ~batch.cross
-    log_s = sequence_log_ratio(logp, mask, batch.source_mean_logp).clamp(-LOG_RATIO_BOUND,
-                                                                          LOG_RATIO_BOUND)
+    # Cross rows: s^(k,j) against the source's rollout policy, each mean in its own tokens.
+    # Own and Naive rows: GSPO's ratio against the target's own pre-update log-probs (old_logp),
+    # whatever source_mean_logp holds for them (Naive must not see the source's policy).
+    cross_log_s = sequence_log_ratio(logp, mask, batch.source_mean_logp)
+    own_log_s = masked_mean(token_log_ratio(logp, batch.old_logp), mask, dim=-1)
+    log_s = torch.where(cross, cross_log_s, own_log_s).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     s = log_s.exp()  # [B]
 
     # Own (and Naive borrowed) rows: GSPO sequence ratio or GRPO token ratio.

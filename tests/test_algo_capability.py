@@ -1,0 +1,89 @@
+"""HACPO step 1: smoothed capability P over a window of K steps and omega^(k,j) = P_k / P_j."""
+
+import pytest
+import torch
+
+from hacrl.algo.capability import CapabilityWindow, omega_matrix, smoothed_capability
+
+# Per-step mean reward of two agents, oldest first (six steps).
+HISTORY = [[0.0, 1.0], [0.2, 0.8], [0.4, 0.6], [0.6, 0.4], [0.8, 0.2], [1.0, 0.0]]
+
+
+def test_smoothed_capability_averages_last_k_steps_including_current():
+    p = smoothed_capability(torch.tensor(HISTORY, dtype=torch.float64), window=5)
+    # Steps 2..6 (the current one included): (0.2+0.4+0.6+0.8+1.0)/5, (0.8+0.6+0.4+0.2+0.0)/5.
+    assert p.tolist() == pytest.approx([0.6, 0.4])
+
+
+def test_smoothed_capability_with_fewer_steps_than_window_uses_all_steps():
+    p = smoothed_capability(torch.tensor(HISTORY[:2], dtype=torch.float64), window=5)
+    assert p.tolist() == pytest.approx([0.1, 0.9])
+
+
+def test_smoothed_capability_window_one_is_current_step_and_floor_applies():
+    p = smoothed_capability(torch.tensor(HISTORY, dtype=torch.float64), window=1)
+    # Current step: agent 0 = 1.0, agent 1 = 0.0 -> floored to 1e-2 (never 0).
+    assert p.tolist() == pytest.approx([1.0, 1e-2])
+    p = smoothed_capability(torch.zeros(4, 3), window=5, floor=0.05)
+    assert p.tolist() == pytest.approx([0.05] * 3)
+    assert bool((p > 0).all())
+
+
+def test_smoothed_capability_rejects_bad_input():
+    with pytest.raises(ValueError):
+        smoothed_capability(torch.zeros(0, 2), window=5)
+    with pytest.raises(ValueError):
+        smoothed_capability(torch.zeros(3), window=5)
+    with pytest.raises(ValueError):
+        smoothed_capability(torch.zeros(3, 2), window=0)
+
+
+def test_capability_window_tracks_running_k5_mean_and_round_trips():
+    win = CapabilityWindow(n_agents=2, window=5)
+    expected = []
+    for t in range(len(HISTORY)):
+        recent = HISTORY[max(0, t - 4): t + 1]
+        expected.append([max(sum(r[a] for r in recent) / len(recent), 1e-2) for a in range(2)])
+    got = [win.update(torch.tensor(step)).tolist() for step in HISTORY[:4]]
+    state = win.state_dict()
+    resumed = CapabilityWindow(n_agents=2, window=5)
+    resumed.load_state_dict(state)
+    for step in HISTORY[4:]:
+        a = win.update(torch.tensor(step)).tolist()
+        b = resumed.update(torch.tensor(step)).tolist()
+        assert a == b
+        got.append(a)
+    for g, e in zip(got, expected, strict=True):
+        assert g == pytest.approx(e, abs=1e-6)
+    with pytest.raises(ValueError):
+        win.update(torch.tensor([0.1, 0.2, 0.3]))
+    with pytest.raises(ValueError):
+        CapabilityWindow(n_agents=3, window=5).load_state_dict(state)
+
+
+def test_omega_matrix_is_ratio_of_target_to_source_capability():
+    p = torch.tensor([0.6, 0.2, 0.3], dtype=torch.float64)
+    omega = omega_matrix(p)
+    expected = [[1.0, 3.0, 2.0], [1 / 3, 1.0, 2 / 3], [0.5, 1.5, 1.0]]
+    for k in range(3):
+        assert omega[k].tolist() == pytest.approx(expected[k])
+    # omega^(k,j) * omega^(j,k) = 1 without clamp.
+    assert torch.allclose(omega * omega.T, torch.ones(3, 3, dtype=torch.float64))
+
+
+def test_omega_matrix_clamp():
+    p = torch.tensor([0.9, 0.01, 0.5], dtype=torch.float64)
+    raw = omega_matrix(p)
+    assert raw[0, 1].item() == pytest.approx(90.0)
+    assert raw[1, 0].item() == pytest.approx(1 / 90)
+    clamped = omega_matrix(p, clamp=(0.1, 10.0))
+    expected = [[1.0, 10.0, 1.8], [0.1, 1.0, 0.1], [5 / 9, 10.0, 1.0]]
+    for k in range(3):
+        assert clamped[k].tolist() == pytest.approx(expected[k])
+
+
+def test_floored_zero_capability_keeps_omega_finite():
+    p = smoothed_capability(torch.tensor([[0.0, 0.5], [0.0, 0.7]]), window=5)
+    omega = omega_matrix(p)
+    assert torch.isfinite(omega).all()
+    assert omega[1, 0].item() == pytest.approx(0.6 / 1e-2, rel=1e-5)
