@@ -13,11 +13,15 @@ from typing import Any
 import torch
 from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from hacrl.algo import LossBatch
 from hacrl.engines.base import Engine, Generation, LossFn, SamplingParams, register_engine
 from hacrl.rollout import TokenView, eos_id
 from hacrl.telemetry import peak_memory_metrics
+
+
+hf_logging.disable_progress_bar()  # per-load bars would bury the training progress bar
 
 
 def pick_device(name: str) -> torch.device:

@@ -1,0 +1,194 @@
+"""Composing and validating a job's config before anything is created.
+
+`compose(overrides)` builds the config from `experiments/` with Hydra's compose API;
+`validate(cfg)` turns it into a `JobSpec` or raises one `ConfigError` whose message names the
+key, the bad value and the fix. Nothing touches the disk until validation passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from hacrl.algo import METHODS, LossConfig, MethodSpec
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "experiments"
+
+
+class ConfigError(ValueError):
+    """An invalid job config; the message is one line: key, value, what to do."""
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    path: str  # local directory (tiny zoo, checkpoint) or hub id (paper scale)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    cfg: DictConfig  # resolved
+    method: MethodSpec
+    agents: tuple[AgentSpec, ...]
+    loss: LossConfig
+    output_root: Path
+    config_hash: str
+
+    @property
+    def teams(self) -> list[tuple[AgentSpec, ...]]:
+        """Agents trained together: all of them (shared rollouts) or each alone."""
+        if self.method.shares_rollouts:
+            return [self.agents]
+        return [(a,) for a in self.agents]
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The job config for these Hydra overrides (no output directory, no logging files)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            return hydra_compose(config_name="train", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"{first} (check the override's spelling; groups and their options "
+                          f"are the folders and files of {CONFIG_DIR})") from None
+
+
+def _get(cfg: DictConfig, key: str) -> Any:
+    try:
+        value = OmegaConf.select(cfg, key, throw_on_missing=True)
+    except Exception as err:  # missing mandatory value or bad interpolation
+        raise ConfigError(f"{key}: {err.__class__.__name__}: {str(err).splitlines()[0]}; "
+                          f"set it on the command line, e.g. {key}=...") from None
+    return value
+
+
+def training_identity(cfg: DictConfig) -> dict[str, Any]:
+    """The parts of the config that decide what is trained (not where it is logged)."""
+    keep = ("agents", "method", "algo", "profile", "train", "rollout", "task", "seed")
+    ident: dict[str, Any] = {}
+    for key in keep:
+        if key in cfg:
+            value = cfg[key]
+            ident[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    ident["scale"] = cfg.scale.name
+    ident["engine"] = {"name": cfg.engine.name, "dtype": cfg.engine.dtype}
+    if "data_dir" in ident.get("task", {}):
+        ident["task"].pop("data_dir")
+    return ident
+
+
+def config_hash(cfg: DictConfig) -> str:
+    blob = json.dumps(training_identity(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _model_path(cfg: DictConfig, index: int, name: str) -> str:
+    catalog = cfg.models
+    if name not in catalog:
+        raise ConfigError(f"agents[{index}]={name}: not in models/catalog.yaml; known models: "
+                          f"{', '.join(catalog)}")
+    scale = cfg.scale.name
+    entry = catalog[name].get(scale)
+    if entry is None:
+        raise ConfigError(f"models.{name}.{scale}: no model for scale={scale}; add one to "
+                          "experiments/models/catalog.yaml")
+    root = cfg.scale.get("model_root")
+    path = str(Path(root) / entry) if root else str(entry)
+    local = Path(path)
+    if root or local.is_absolute() or local.exists():
+        if not (local / "config.json").is_file():
+            hint = "build the zoo with `hacrl zoo build`" if scale == "tiny" else "check the path"
+            raise ConfigError(f"agents[{index}]={name}: no model at {local} (scale={scale}); {hint}")
+        if not any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            raise ConfigError(f"agents[{index}]={name}: {local} has no tokenizer "
+                              "(tokenizer.json / tokenizer_config.json); save the tokenizer "
+                              "next to the model")
+    return path
+
+
+def validate(cfg: DictConfig) -> JobSpec:
+    """Check everything that can be checked before starting; return the job's spec."""
+    name = _get(cfg, "method.name")
+    if name not in METHODS:
+        raise ConfigError(f"method.name={name}: unknown method; registered: {', '.join(sorted(METHODS))}")
+    method = METHODS[name]
+    agents = list(_get(cfg, "agents"))
+    if not agents:
+        raise ConfigError("agents=[]: give at least one agent, e.g. pair=size or agents=[qwen3-4b-base]")
+    if len(set(agents)) != len(agents):
+        raise ConfigError(f"agents={agents}: an agent appears twice; list each model once")
+    if method.shares_rollouts and len(agents) < 2:
+        raise ConfigError(f"method={name} shares rollouts and needs >= 2 agents, got agents={agents}; "
+                          "use a pair (e.g. pair=size) or a single-agent method (gspo, grpo)")
+
+    for key in ("train.steps", "train.prompts_per_step", "train.minibatch_prompts",
+                "train.rollouts_per_prompt", "rollout.max_new_tokens"):
+        value = _get(cfg, key)
+        floor = 0 if key == "train.steps" else 1
+        if not isinstance(value, int) or value < floor:
+            raise ConfigError(f"{key}={value}: must be an integer >= {floor}")
+    prompts, mb = cfg.train.prompts_per_step, cfg.train.minibatch_prompts
+    if mb % method.minibatch_divisor:
+        raise ConfigError(f"train.minibatch_prompts={mb}: method={name} divides it by "
+                          f"{method.minibatch_divisor}; use a multiple of {method.minibatch_divisor}")
+    effective = mb // method.minibatch_divisor
+    if prompts % effective:
+        raise ConfigError(f"train.minibatch_prompts={mb} (method={name}: {effective} per update) "
+                          f"does not divide train.prompts_per_step={prompts}; pick a divisor of {prompts}")
+    if method.advantage == "group" and cfg.train.rollouts_per_prompt * method.rollout_multiplier < 2:
+        raise ConfigError(f"train.rollouts_per_prompt={cfg.train.rollouts_per_prompt}: a group-relative "
+                          "advantage needs >= 2 rollouts per prompt")
+
+    alpha = float(_get(cfg, "algo.alpha"))
+    if alpha < 0:
+        raise ConfigError(f"algo.alpha={alpha}: must be >= 0 (exponential importance sampling exponent)")
+    lower = float(_get(cfg, "algo.cross_clip_lower"))
+    if not 0.0 < lower <= 1.0:
+        raise ConfigError(f"algo.cross_clip_lower={lower}: must be in (0, 1]")
+    if float(_get(cfg, "algo.delta_step")) < 0:
+        raise ConfigError(f"algo.delta_step={cfg.algo.delta_step}: must be >= 0")
+    if int(_get(cfg, "algo.capability_window")) < 1:
+        raise ConfigError(f"algo.capability_window={cfg.algo.capability_window}: K must be >= 1")
+    if float(_get(cfg, "algo.capability_floor")) <= 0:
+        raise ConfigError(f"algo.capability_floor={cfg.algo.capability_floor}: must be > 0")
+    clamp = _get(cfg, "algo.omega_clamp")
+    if clamp is not None and (len(clamp) != 2 or not 0 < clamp[0] <= clamp[1]):
+        raise ConfigError(f"algo.omega_clamp={list(clamp)}: give [low, high] with 0 < low <= high, or null")
+    if _get(cfg, "algo.sample_order") not in ("mixed", "own_first"):
+        raise ConfigError(f"algo.sample_order={cfg.algo.sample_order}: use mixed or own_first")
+    if _get(cfg, "rollout.overflow") not in ("truncate", "error"):
+        raise ConfigError(f"rollout.overflow={cfg.rollout.overflow}: use truncate or error")
+    if float(_get(cfg, "algo.kl_coef")) < 0:
+        raise ConfigError(f"algo.kl_coef={cfg.algo.kl_coef}: must be >= 0")
+    if float(_get(cfg, "train.lr")) <= 0:
+        raise ConfigError(f"train.lr={cfg.train.lr}: must be > 0")
+
+    specs = tuple(AgentSpec(a, _model_path(cfg, i, a)) for i, a in enumerate(agents))
+    clip_low = cfg.algo.clip_low if cfg.algo.clip_low is not None else method.clip_low
+    clip_high = cfg.algo.clip_high if cfg.algo.clip_high is not None else method.clip_high
+    loss = LossConfig(ratio=method.ratio, loss_agg=method.loss_agg, clip_low=float(clip_low),
+                      clip_high=float(clip_high), alpha=alpha, delta=1.0 - lower,
+                      delta_step=float(cfg.algo.delta_step), stepwise=method.stepwise,
+                      cross_clip=method.cross_clip, kl_coef=float(cfg.algo.kl_coef))
+    _task_check(cfg)
+    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    assert isinstance(resolved, DictConfig)
+    output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
+    return JobSpec(resolved, method, specs, loss, output_root, config_hash(cfg))
+
+
+def _task_check(cfg: DictConfig) -> None:
+    from hacrl.tasks import check_task
+
+    check_task(cfg)

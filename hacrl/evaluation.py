@@ -1,0 +1,29 @@
+"""Greedy accuracy of one agent on a split: in-loop validation and end-of-training evaluation.
+
+This is the fast built-in path used at every scale during training; the lm-eval path with the
+hardened verifier (evaluation issue) reports the published benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from hacrl.engines.base import Engine, SamplingParams
+from hacrl.rollout import render_prompt_ids
+from hacrl.task import Problem
+
+Grader = Callable[[list[str], list[str]], list[float]]
+
+
+def greedy_accuracy(engine: Engine, problems: Sequence[Problem], template: str,
+                    max_new_tokens: int, grade: Grader) -> float:
+    """Fraction of problems whose greedy response the verifier accepts."""
+    if not problems:
+        return 0.0
+    prompts = [render_prompt_ids(engine.tokenizer,
+                                 [{"role": "user", "content": template.format(question=p.question)}])
+               for p in problems]
+    groups = engine.generate(prompts, 1, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
+    texts = [engine.decode(group[0].token_ids) for group in groups]
+    scores = grade(texts, [p.answer for p in problems])
+    return sum(scores) / len(scores)

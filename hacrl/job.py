@@ -1,0 +1,254 @@
+"""One training job: teams of agents trained by `TeamLoop`, checkpointed, tracked in MLflow.
+
+Layout of a job's run directory (`<output_root>/runs/<config_hash>-<method>/`):
+    config.yaml                  the resolved config
+    team-<i>/ckpt/step_<t>/      latest checkpoint: one folder per agent + loop.pt
+    team-<i>/DONE.json           the team finished training and its final evaluation
+Running the same command again resumes each team from its latest checkpoint; a finished job
+is skipped unless `force=true`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from hacrl.config import AgentSpec, JobSpec
+from hacrl.engines.base import SamplingParams, make_engine
+from hacrl.evaluation import greedy_accuracy
+from hacrl.loop import Agent, LoopSettings, PromptSchedule, TeamLoop, seed_everything
+from hacrl.tasks import grader, load_problems
+from hacrl.telemetry import peak_memory_metrics
+from hacrl.tracking import Tracker, flatten, resolve_uri
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_dir(spec: JobSpec) -> Path:
+    return spec.output_root / "runs" / f"{spec.config_hash}-{spec.method.name}"
+
+
+@dataclass
+class TeamPaths:
+    root: Path
+
+    @property
+    def ckpt(self) -> Path:
+        return self.root / "ckpt"
+
+    @property
+    def done(self) -> Path:
+        return self.root / "DONE.json"
+
+    def latest(self) -> tuple[int, Path] | None:
+        found = sorted(p for p in self.ckpt.glob("step_*") if (p / "COMPLETE").exists())
+        return (int(found[-1].name.removeprefix("step_")), found[-1]) if found else None
+
+
+def _settings(spec: JobSpec) -> LoopSettings:
+    c = spec.cfg
+    clamp = tuple(c.algo.omega_clamp) if c.algo.omega_clamp is not None else None
+    return LoopSettings(
+        prompts_per_step=c.train.prompts_per_step, minibatch_prompts=c.train.minibatch_prompts,
+        rollouts_per_prompt=c.train.rollouts_per_prompt,
+        sampling=SamplingParams(max_new_tokens=c.rollout.max_new_tokens,
+                                temperature=c.rollout.temperature, top_p=c.rollout.top_p),
+        loss=spec.loss, seed=c.seed, prompt_template=c.task.prompt_template,
+        overflow=c.rollout.overflow, sample_order=c.algo.sample_order,
+        capability_window=c.algo.capability_window, capability_floor=c.algo.capability_floor,
+        omega_clamp=(float(clamp[0]), float(clamp[1])) if clamp else None,
+        baseline_guard=c.algo.baseline_guard, zero_uniform_groups=c.algo.zero_uniform_groups)
+
+
+def _engine(spec: JobSpec, agent: AgentSpec) -> Any:
+    c = spec.cfg
+    return make_engine(c.engine.name, model_path=agent.path, lr=float(c.train.lr),
+                       betas=tuple(c.train.betas), weight_decay=float(c.train.weight_decay),
+                       grad_clip=float(c.train.grad_clip), device=c.engine.device,
+                       dtype=c.engine.dtype, reference=spec.loss.kl_coef > 0,
+                       temperature=float(c.rollout.temperature),
+                       micro_batch_rows=c.train.micro_batch_rows, chunk_rows=c.engine.chunk_rows)
+
+
+class _Terminated(BaseException):
+    """SIGTERM (e.g. a scheduler's kill) becomes an exception so runs end as KILLED."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated()
+
+
+def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
+    """Train every team of the job; returns a summary (run ids, final metrics)."""
+    c = spec.cfg
+    if c.engine.get("threads"):
+        torch.set_num_threads(int(c.engine.threads))
+    directory = run_dir(spec)
+    teams = [TeamPaths(directory / f"team-{i}") for i in range(len(spec.teams))]
+    tracker = Tracker(resolve_uri(c.tracking.uri, spec.output_root), c.tracking.experiment)
+    reaped = tracker.reap_dead_runs(spec.config_hash)
+    if all(t.done.exists() for t in teams) and not c.force:
+        print(f"hacrl: job {spec.config_hash} already finished ({directory}); force=true re-trains",
+              file=sys.stderr)
+        return {"skipped": True, "run_dir": str(directory)}
+    if c.force:
+        shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.yaml").write_text(OmegaConf.to_yaml(c))
+
+    tags = {"pair": str(c.pair.name) if len(spec.agents) > 1 else spec.agents[0].name,
+            "setting": str(c.pair.setting), "method": spec.method.name, "seed": str(c.seed),
+            "scale": str(c.scale.name), "engine": str(c.engine.name), "profile": str(c.profile),
+            "git_commit": git_commit(), "config_hash": spec.config_hash,
+            "hacrl.run_dir": str(directory), "hacrl.kind": "job"}
+    params = flatten(OmegaConf.to_container(c, resolve=True))  # type: ignore[arg-type]
+    job_run = tracker.start_run(f"{spec.method.name}:{tags['pair']}:s{c.seed}", tags, params)
+    agent_runs = {a.name: tracker.start_run(a.name, {**tags, "model": a.name, "hacrl.kind": "agent"},
+                                            params, parent_run_id=job_run)
+                  for a in spec.agents}
+    tracker.log_artifact(job_run, directory / "config.yaml")
+    (directory / "checkpoint_location.txt").write_text(f"{directory}\n")
+    tracker.log_artifact(job_run, directory / "checkpoint_location.txt")
+    previous = _previous_job_run(tracker, spec, job_run, reaped)
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    status = "FAILED"
+    team_results: list[dict] = []
+    summary: dict[str, Any] = {"job_run_id": job_run, "agent_run_ids": agent_runs,
+                               "run_dir": str(directory), "teams": team_results}
+    started = time.perf_counter()
+    try:
+        total = int(c.train.steps) * len(teams)
+        with tqdm(total=total, disable=not progress, desc=spec.method.name, unit="step",
+                  dynamic_ncols=True, file=sys.stderr) as bar:
+            for team_agents, paths in zip(spec.teams, teams, strict=True):
+                result = _run_team(spec, team_agents, paths, tracker, agent_runs, previous, bar)
+                team_results.append(result)
+        tracker.log_metrics(job_run, {"time/wall_s": time.perf_counter() - started,
+                                      **peak_memory_metrics()}, step=int(c.train.steps))
+        status = "FINISHED"
+    except (KeyboardInterrupt, _Terminated):
+        status = "KILLED"
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for run_id in [*agent_runs.values(), job_run]:
+            tracker.finish(run_id, status)
+    summary["status"] = status
+    return summary
+
+
+def _previous_job_run(tracker: Tracker, spec: JobSpec, current: str,
+                      reaped: list[str]) -> dict[str, str] | None:
+    """The latest earlier job run of this config that did not finish, with its agents' runs."""
+    runs = tracker.find_runs(f"tags.config_hash = '{spec.config_hash}' and tags.`hacrl.kind` = 'job'")
+    for run in runs:
+        if run.info.run_id != current and run.info.status in ("KILLED", "FAILED"):
+            children = tracker.find_runs(f"tags.`mlflow.parentRunId` = '{run.info.run_id}'")
+            out = {"job": run.info.run_id}
+            out.update({ch.data.tags.get("model", ""): ch.info.run_id for ch in children})
+            return out
+    return None
+
+
+def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, tracker: Tracker,
+              agent_runs: dict[str, str], previous: dict[str, str] | None, bar: tqdm) -> dict:
+    c = spec.cfg
+    steps = int(c.train.steps)
+    if paths.done.exists():
+        bar.update(steps)
+        return json.loads(paths.done.read_text())
+    seed_everything(int(c.seed))
+    agents = [Agent(a.name, _engine(spec, a)) for a in team]
+    grade = grader(c)
+    loop = TeamLoop(agents, spec.method, _settings(spec),
+                    PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step,
+                                   int(c.seed)), grade)
+    start = 0
+    latest = paths.latest()
+    if latest is not None:
+        start, ckpt = latest
+        for agent in agents:
+            agent.engine.load(ckpt / agent.name)
+        loop.load_state_dict(torch.load(ckpt / "loop.pt", weights_only=False))
+        for agent in agents:
+            tracker.set_tags(agent_runs[agent.name], {"hacrl.resumed_at_step": str(start)})
+            if previous and agent.name in previous:
+                tracker.copy_history(previous[agent.name], agent_runs[agent.name], start)
+        bar.update(start)
+
+    val_every = int(c.validation.every)
+    val_problems = load_problems(c, c.validation.benchmark) if val_every else []
+
+    def validate(step: int) -> None:
+        for agent in agents:
+            acc = greedy_accuracy(agent.engine, val_problems, c.task.prompt_template,
+                                  int(c.validation.max_new_tokens), grade)
+            tracker.log_metrics(agent_runs[agent.name], {f"val/{c.validation.benchmark}/acc": acc}, step)
+
+    if val_every and start == 0:
+        validate(0)
+    job_start = time.perf_counter()
+    for step in range(start + 1, steps + 1):
+        result = loop.step(step)
+        for agent, metrics in zip(agents, result.agent_metrics, strict=True):
+            metrics.update(result.team_metrics)
+            metrics["time/wall_s"] = time.perf_counter() - job_start
+            tracker.log_metrics(agent_runs[agent.name], metrics, step)
+        if val_every and (step % val_every == 0 or step == steps):
+            validate(step)
+        if step % int(c.train.save_every) == 0 or step == steps:
+            _save_checkpoint(paths, step, agents, loop)
+        bar.set_postfix_str(" ".join(f"{a.name}={m['reward/mean']:.2f}"
+                                     for a, m in zip(agents, result.agent_metrics, strict=True)))
+        bar.update(1)
+
+    final: dict[str, dict[str, float]] = {}
+    if c.eval.at_end:
+        for agent in agents:
+            accs = {f"eval/{b}/acc": greedy_accuracy(agent.engine, load_problems(c, b),
+                                                     c.task.prompt_template,
+                                                     int(c.eval.max_new_tokens), grade)
+                    for b in c.eval.benchmarks}
+            accs["eval/avg/acc"] = sum(accs.values()) / len(accs)
+            tracker.log_metrics(agent_runs[agent.name], accs, steps)
+            final[agent.name] = accs
+    result_json = {"agents": [a.name for a in agents], "steps": steps, "final": final}
+    paths.done.write_text(json.dumps(result_json, indent=1))
+    return result_json
+
+
+def _save_checkpoint(paths: TeamPaths, step: int, agents: list[Agent], loop: TeamLoop) -> None:
+    """Write into a temporary folder, mark it COMPLETE, then drop older checkpoints."""
+    final = paths.ckpt / f"step_{step:06d}"
+    tmp = paths.ckpt / f".tmp_step_{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for agent in agents:
+        agent.engine.save(tmp / agent.name)
+    torch.save(loop.state_dict(), tmp / "loop.pt")
+    (tmp / "COMPLETE").write_text(str(step))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in paths.ckpt.glob("step_*"):
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)

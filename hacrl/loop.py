@@ -1,0 +1,357 @@
+"""The training loop for a team of n >= 1 agents, one step at a time, as in the paper:
+
+    generate G samples per prompt (every agent) -> verify all -> capability P, omega
+    -> advantages -> source log-probs before any update -> per-target views
+    -> mini-batch updates carrying the update index m -> metrics
+
+Engines do the tensor work (`hacrl.engines.base.Engine`); the algorithm is `hacrl.algo`.
+A single-agent method is a team of one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from hacrl import algo
+from hacrl.algo import LossBatch, LossConfig, MethodSpec
+from hacrl.engines.base import Engine, SamplingParams
+from hacrl.rollout import TokenView, Trajectory, own_view, render_prompt_ids, retokenize
+from hacrl.task import Problem
+from hacrl.telemetry import PhaseTimer
+
+Grader = Callable[[list[str], list[str]], list[float]]
+
+
+@dataclass
+class Agent:
+    name: str
+    engine: Engine
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    prompts_per_step: int
+    minibatch_prompts: int  # before the method's divisor
+    rollouts_per_prompt: int  # G, before the method's multiplier
+    sampling: SamplingParams
+    loss: LossConfig
+    seed: int = 0
+    prompt_template: str = "{question}"
+    overflow: str = "truncate"
+    sample_order: str = "mixed"  # or "own_first"
+    capability_window: int = 5
+    capability_floor: float = 1e-2
+    omega_clamp: tuple[float, float] | None = None
+    baseline_guard: bool = False
+    zero_uniform_groups: bool = False
+
+
+@dataclass
+class StepResult:
+    agent_metrics: list[dict[str, float]]
+    team_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def prompt_messages(problem: Problem, template: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": template.format(question=problem.question)}]
+
+
+class PromptSchedule:
+    """Which problems step t trains on: a fresh seeded permutation per epoch, no state to save."""
+
+    def __init__(self, problems: Sequence[Problem], per_step: int, seed: int) -> None:
+        if not problems:
+            raise ValueError("the training split is empty")
+        self.problems, self.per_step, self.seed = problems, per_step, seed
+        self._perms: dict[int, list[int]] = {}
+
+    def _perm(self, epoch: int) -> list[int]:
+        if epoch not in self._perms:
+            gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+            self._perms[epoch] = torch.randperm(len(self.problems), generator=gen).tolist()
+        return self._perms[epoch]
+
+    def batch(self, step: int) -> list[Problem]:
+        """Problems of (1-based) training step `step`."""
+        n = len(self.problems)
+        first = (step - 1) * self.per_step
+        return [self.problems[self._perm(i // n)[i % n]] for i in range(first, first + self.per_step)]
+
+
+def _stats(prefix: str, values: list[Tensor]) -> dict[str, float]:
+    v = torch.cat(values) if values else torch.empty(0)
+    if v.numel() == 0:
+        return {}
+    return {f"{prefix}_mean": float(v.mean()), f"{prefix}_min": float(v.min()),
+            f"{prefix}_max": float(v.max())}
+
+
+class TeamLoop:
+    """Trains a team of agents together (HACPO, Naive) or one agent alone (GRPO, GSPO)."""
+
+    def __init__(self, agents: list[Agent], method: MethodSpec, settings: LoopSettings,
+                 schedule: PromptSchedule, grade: Grader) -> None:
+        if method.shares_rollouts and len(agents) < 2:
+            raise ValueError(f"method {method.name} shares rollouts and needs >= 2 agents")
+        if not method.shares_rollouts and len(agents) != 1:
+            raise ValueError(f"method {method.name} trains one agent per team, got {len(agents)}")
+        self.agents, self.method, self.settings = agents, method, settings
+        self.schedule, self.grade = schedule, grade
+        self.capability = algo.CapabilityWindow(len(agents), settings.capability_window,
+                                                settings.capability_floor)
+        self.group_size = settings.rollouts_per_prompt * method.rollout_multiplier
+        self.rows_per_update = settings.minibatch_prompts // method.minibatch_divisor * self.group_size
+
+    # -- one step -------------------------------------------------------------------------------
+    def step(self, step: int) -> StepResult:
+        s, n = self.settings, len(self.agents)
+        timers = [PhaseTimer() for _ in self.agents]
+        team_timer = PhaseTimer()
+        problems = self.schedule.batch(step)
+        messages = [prompt_messages(p, s.prompt_template) for p in problems]
+        prompt_ids = [[render_prompt_ids(a.engine.tokenizer, m) for m in messages] for a in self.agents]
+
+        # 1. every agent samples G responses per prompt
+        trajs: list[list[Trajectory]] = []
+        for k, agent in enumerate(self.agents):
+            with timers[k].phase("generate"):
+                groups = agent.engine.generate(prompt_ids[k], self.group_size, s.sampling)
+                trajs.append([
+                    Trajectory(problems[p].uid, messages[p], agent.engine.decode(g.token_ids), k,
+                               g.token_ids, g.finished)
+                    for p, group in enumerate(groups) for g in group])
+
+        # 2. one verifier scores all n * P * G responses
+        with team_timer.phase("verify"):
+            answers = [problems[i // self.group_size].answer for i in range(len(trajs[0]))]
+            for k in range(n):
+                for t, r in zip(trajs[k], self.grade([t.response_text for t in trajs[k]], answers),
+                                strict=True):
+                    t.reward = r
+        rewards = torch.tensor([[t.reward for t in trajs[k]] for k in range(n)]).view(
+            n, len(problems), self.group_size)
+
+        # 3. capability and the advantage of every (target, source) sample
+        capability = self.capability.update(rewards.mean(dim=(1, 2)))
+        omega = algo.omega_matrix(capability, s.omega_clamp)
+        advantages = self._advantages(rewards, capability)  # [n_target, n_source, P, G]
+
+        # 4. source log-probs (and everything else the update needs) before any update
+        own_views = [[own_view(t, prompt_ids[k][i // self.group_size]) for i, t in enumerate(trajs[k])]
+                     for k in range(n)]
+        own_logp: list[list[Tensor]] = []
+        ref_logp: list[list[Tensor] | None] = []
+        for k, agent in enumerate(self.agents):
+            with timers[k].phase("logprob"):
+                own_logp.append(agent.engine.log_probs(own_views[k]))
+                ref_logp.append(agent.engine.log_probs(own_views[k], reference=True)
+                                if s.loss.kl_coef > 0 else None)
+            for t, lp in zip(trajs[k], own_logp[k], strict=True):
+                t.source_logprobs = lp.tolist()
+        borrowed_views = self._borrowed_views(trajs, prompt_ids)
+        borrowed_old: dict[tuple[int, int], list[Tensor]] = {}
+        if self.method.borrowed == "as_own":  # Naive: the target's own pre-update log-probs
+            for (k, j), views in borrowed_views.items():
+                with timers[k].phase("logprob"):
+                    borrowed_old[(k, j)] = self.agents[k].engine.log_probs(views)
+
+        # 5. each target trains on its own rows and the rows it borrows, mini-batch by mini-batch
+        results = []
+        for k, agent in enumerate(self.agents):
+            with timers[k].phase("update"):
+                views, batch, extra = self._target_rows(k, own_views, own_logp, ref_logp,
+                                                        borrowed_views, borrowed_old, advantages, omega)
+                metrics = self._update(k, step, agent.engine, views, batch)
+            metrics.update(extra)
+            metrics["reward/mean"] = float(rewards[k].mean())
+            metrics["capability/P"] = float(capability[k])
+            for j in range(n):
+                if j != k:
+                    metrics[f"omega/{self.agents[j].name}"] = float(omega[k, j])
+            lengths = torch.tensor([len(t.source_tokens) for t in trajs[k]], dtype=torch.float32)
+            metrics["response/length_mean"] = float(lengths.mean())
+            metrics["response/finished_frac"] = float(np.mean([t.finished for t in trajs[k]]))
+            metrics.update(timers[k].metrics())
+            metrics.update(agent.engine.memory_metrics())
+            results.append(metrics)
+        team = team_timer.metrics()
+        team["time/step_s"] = sum(team.values()) + sum(sum(t.seconds.values()) for t in timers)
+        return StepResult(results, team)
+
+    def _advantages(self, rewards: Tensor, capability: Tensor) -> Tensor:
+        s, kind = self.settings, self.method.advantage
+        if kind == "group":
+            return algo.broadcast_to_targets(algo.group_relative_advantages(rewards))
+        if kind == "pooled":
+            return algo.broadcast_to_targets(algo.pooled_advantages(rewards))
+        if kind == "capability":
+            return algo.capability_aware_advantages(
+                rewards, capability, omega_clamp=s.omega_clamp, baseline_guard=s.baseline_guard,
+                zero_uniform_groups=s.zero_uniform_groups)
+        raise ValueError(f"method {self.method.name}: unknown advantage {kind!r}")
+
+    def _borrowed_views(self, trajs: list[list[Trajectory]],
+                        prompt_ids: list[list[list[int]]]) -> dict[tuple[int, int], list[TokenView]]:
+        if self.method.borrowed == "none":
+            return {}
+        out = {}
+        for k, agent in enumerate(self.agents):
+            for j in range(len(self.agents)):
+                if j != k:
+                    out[(k, j)] = [
+                        retokenize(t, agent.engine.tokenizer, prompt_ids[k][i // self.group_size],
+                                   self.settings.sampling.max_new_tokens, self.settings.overflow)
+                        for i, t in enumerate(trajs[j])]
+        return out
+
+    def _target_rows(self, k: int, own_views: list[list[TokenView]], own_logp: list[list[Tensor]],
+                     ref_logp: list[list[Tensor] | None],
+                     borrowed_views: dict[tuple[int, int], list[TokenView]],
+                     borrowed_old: dict[tuple[int, int], list[Tensor]], advantages: Tensor,
+                     omega: Tensor) -> tuple[list[TokenView], LossBatch, dict[str, float]]:
+        """All rows target k trains on this step, own first, and their loss inputs."""
+        views = list(own_views[k])
+        old = list(own_logp[k])
+        source_mean = [_mean(lp) for lp in own_logp[k]]
+        adv = [advantages[k, k].reshape(-1)]
+        mod = [torch.ones(len(views))]
+        cross = [torch.zeros(len(views), dtype=torch.bool)]
+        own = [torch.ones(len(views), dtype=torch.bool)]
+        own_ref = ref_logp[k]
+        ref = list(own_ref) if own_ref is not None else None
+        ratios, truncated = [], 0
+        for j in range(len(self.agents)):
+            if (k, j) not in borrowed_views:
+                continue
+            bviews = borrowed_views[(k, j)]
+            views.extend(bviews)
+            if self.method.borrowed == "as_own":
+                olds = borrowed_old[(k, j)]
+                means = [_mean(lp) for lp in olds]
+            else:
+                olds = [torch.zeros(len(v.response_ids)) for v in bviews]
+                means = [_mean(lp) for lp in own_logp[j]]
+            old.extend(olds)
+            source_mean.extend(means)
+            adv.append(advantages[k, j].reshape(-1))
+            weight = float(omega[j, k]) if self.method.omega_modulation else 1.0
+            mod.append(torch.full((len(bviews),), weight))
+            cross.append(torch.full((len(bviews),), self.method.borrowed == "cross"))
+            own.append(torch.zeros(len(bviews), dtype=torch.bool))
+            if ref is not None:
+                ref.extend(torch.zeros(len(v.response_ids)) for v in bviews)
+            for bv, sv in zip(bviews, own_views[j], strict=True):
+                ratios.append(len(bv.response_ids) / max(1, len(sv.response_ids)))
+                truncated += bv.truncated
+        width = max(1, max(len(v.response_ids) for v in views))
+        batch = LossBatch(
+            response_mask=_pad([torch.ones(len(v.response_ids)) for v in views], width),
+            old_logp=_pad(old, width),
+            source_mean_logp=torch.stack(source_mean),
+            advantages=torch.cat(adv).float(),
+            omega=torch.cat(mod),
+            cross=torch.cat(cross),
+            own=torch.cat(own),
+            ref_logp=_pad(ref, width) if ref is not None else None,
+        )
+        extra = {"tokens/own": float(sum(len(v.response_ids) for v in own_views[k])),
+                 "tokens/borrowed": float(sum(len(v.response_ids) for v in views[len(own_views[k]):]))}
+        if ratios:
+            extra["retok/length_ratio"] = float(np.mean(ratios))
+            extra["retok/truncated_frac"] = truncated / len(ratios)
+        return views, batch, extra
+
+    def _order(self, k: int, step: int, batch: LossBatch) -> Tensor:
+        """Row order within the step: mixed (seeded shuffle) or own rows first."""
+        rows = batch.own.shape[0]
+        if self.settings.sample_order == "own_first":
+            return torch.cat([torch.nonzero(batch.own).flatten(), torch.nonzero(~batch.own).flatten()])
+        if self.settings.sample_order == "mixed":
+            gen = torch.Generator().manual_seed(
+                (self.settings.seed * 1_000_003 + step) * 101 + k)
+            return torch.randperm(rows, generator=gen)
+        raise ValueError(f"algo.sample_order must be 'mixed' or 'own_first', got "
+                         f"{self.settings.sample_order!r}")
+
+    def _update(self, k: int, step: int, engine: Engine, views: list[TokenView],
+                batch: LossBatch) -> dict[str, float]:
+        order = self._order(k, step, batch)
+        sums: dict[str, float] = {}
+        s_homo: list[Tensor] = []
+        s_hete: list[Tensor] = []
+        updates = 0
+        for m, start in enumerate(range(0, len(views), self.rows_per_update)):
+            index = order[start:start + self.rows_per_update]
+            collected: list[algo.LossOutput] = []
+
+            def loss_fn(logp: Tensor, rows: LossBatch, m: int = m,
+                        collected: list[algo.LossOutput] = collected) -> algo.LossOutput:
+                out = algo.policy_loss(logp, rows, self.settings.loss, update_index=m)
+                collected.append(out)
+                return out
+
+            rows = [views[i] for i in index.tolist()]
+            width = max(1, max(len(v.response_ids) for v in rows))
+            metrics = engine.train_minibatch(rows, batch.select(index).trim(width), loss_fn)
+            for out in collected:
+                s_homo.append(out.s_homo.cpu())
+                s_hete.append(out.s_hete.cpu())
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + value
+            updates += 1
+        result = {key: value / updates for key, value in sums.items()}
+        result["train/updates"] = float(updates)
+        result.update(_stats("ratio/s_homo", s_homo))
+        result.update(_stats("ratio/s_hete", s_hete))
+        return result
+
+    # -- state ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"capability": self.capability.state_dict(), "rng": rng_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.capability.load_state_dict(state["capability"])
+        set_rng_state(state["rng"])
+
+
+def _mean(logp: Tensor) -> Tensor:
+    """Mean token log-prob of one response (0 for an empty one)."""
+    return logp.mean() if logp.numel() else torch.zeros(())
+
+
+def _pad(rows: list[Tensor], width: int) -> Tensor:
+    out = torch.zeros(len(rows), width)
+    for b, row in enumerate(rows):
+        out[b, :row.numel()] = row
+    return out
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+__all__ = ["Agent", "LoopSettings", "PromptSchedule", "StepResult", "TeamLoop", "seed_everything"]

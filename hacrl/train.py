@@ -1,0 +1,26 @@
+"""`python -m hacrl.train [overrides]`: the Hydra app behind `hacrl train` (multirun-capable)."""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from hacrl.config import CONFIG_DIR, ConfigError, validate
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from hacrl.job import run_job
+
+    try:
+        spec = validate(cfg)
+    except ConfigError as err:
+        print(f"hacrl: config error: {err}", file=sys.stderr)
+        sys.exit(2)
+    run_job(spec)
+
+
+if __name__ == "__main__":
+    main()
