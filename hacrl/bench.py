@@ -1,0 +1,82 @@
+"""`hacrl bench step`: the cost of one HACPO step against one GSPOx2 step, phase by phase.
+
+GSPOx2 gives each agent 2G rollouts and trains on them; HACPO gives each agent G rollouts and
+trains on its own G plus the G it borrows. R is what scales with the samples an agent draws
+(sampling, verifying, the old/reference log-probs of its own samples: a borrowed sample's source
+log-probs are its source's own), T the updates on 2G rows; the ideal cost ratio is
+(R + T) / (2R + T). Both methods run side by side in this process, alternating, on the same
+pair; the ratio of medians is printed next to the ideal computed from the measured R and T.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+
+from hacrl.config import ConfigError, JobSpec, compose, validate
+from hacrl.job import _engine, _settings
+from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
+from hacrl.tasks import grader, load_problems
+
+PHASES = ("generate", "verify", "logprob", "update")
+
+
+def _loops(spec: JobSpec) -> list[TeamLoop]:
+    c = spec.cfg
+    schedule = PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step, c.seed)
+    return [TeamLoop([Agent(a.name, _engine(spec, a)) for a in team], spec.method, _settings(spec),
+                     schedule, grader(c)) for team in spec.teams]
+
+
+def _phase_seconds(loops: list[TeamLoop], step: int) -> dict[str, float]:
+    out = dict.fromkeys(PHASES, 0.0)
+    for loop in loops:
+        result = loop.step(step)
+        for metrics in result.agent_metrics:
+            for phase in PHASES:
+                out[phase] += metrics.get(f"time/{phase}_s", 0.0)
+        out["verify"] += result.team_metrics.get("time/verify_s", 0.0)
+    return out
+
+
+def step_cost(overrides: list[str], repeats: int = 3) -> int:
+    base = ["validation.every=0", "eval.at_end=false", *overrides]
+    try:
+        hacpo = validate(compose(["method=hacpo", *base]))
+        gspo_x2 = validate(compose(["method=gspo_x2", *base]))
+    except ConfigError as err:
+        print(f"hacrl: config error: {err}", file=sys.stderr)
+        return 2
+    if hacpo.cfg.engine.get("threads"):
+        torch.set_num_threads(int(hacpo.cfg.engine.threads))
+    seed_everything(int(hacpo.cfg.seed))
+    runs = {"gspo_x2": _loops(gspo_x2), "hacpo": _loops(hacpo)}
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
+    for step in range(1, repeats + 2):  # step 1 warms up and is dropped
+        for name, loops in runs.items():
+            seconds = _phase_seconds(loops, step)
+            if step > 1:
+                samples[name].append(seconds)
+
+    def median(name: str, phase: str | None = None) -> float:
+        return statistics.median(sum(s.values()) if phase is None else s[phase] for s in samples[name])
+
+    agents = ", ".join(a.name for a in hacpo.agents)
+    print(f"one step on {agents} (scale={hacpo.cfg.scale.name}, median of {repeats}), seconds:")
+    print(f"{'phase':<10}{'gspo_x2':>10}{'hacpo':>10}")
+    for phase in PHASES:
+        print(f"{phase:<10}{median('gspo_x2', phase):>10.3f}{median('hacpo', phase):>10.3f}")
+    total_x2, total_hacpo = median("gspo_x2"), median("hacpo")
+    print(f"{'total':<10}{total_x2:>10.3f}{total_hacpo:>10.3f}")
+    rollout = (total_x2 - median("gspo_x2", "update")) / 2  # R: per G samples drawn
+    training = median("gspo_x2", "update")  # T: updates on 2G rows
+    ideal = (rollout + training) / (2 * rollout + training)
+    ratio = total_hacpo / total_x2
+    print(f"R (draw + verify + log-probs of G samples) = {rollout:.3f} s, "
+          f"T (updates on 2G rows) = {training:.3f} s, "
+          f"R/T = {rollout / training:.2f}")
+    print(f"hacpo / gspo_x2 = {ratio:.3f}   ideal (R+T)/(2R+T) = {ideal:.3f}   "
+          f"off by {100 * (ratio / ideal - 1):+.1f}%   (paper wall-clock: 0.82)")
+    return 0
