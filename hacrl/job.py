@@ -115,8 +115,12 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.yaml").write_text(OmegaConf.to_yaml(c))
 
-    tags = {"pair": str(c.pair.name) if len(spec.agents) > 1 else spec.agents[0].name,
-            "setting": str(c.pair.setting), "method": spec.method.name, "seed": str(c.seed),
+    names = [a.name for a in spec.agents]
+    if names == list(c.pair.agents):
+        pair, setting = str(c.pair.name), str(c.pair.setting)
+    else:  # agents given directly: the team is its own "pair"
+        pair, setting = "+".join(names), "single" if len(names) == 1 else "custom"
+    tags = {"pair": pair, "setting": setting, "method": spec.method.name, "seed": str(c.seed),
             "scale": str(c.scale.name), "engine": str(c.engine.name), "profile": str(c.profile),
             "git_commit": git_commit(), "config_hash": spec.config_hash,
             "hacrl.run_dir": str(directory), "hacrl.kind": "job"}
@@ -175,6 +179,11 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
     c = spec.cfg
     steps = int(c.train.steps)
     if paths.done.exists():
+        # finished by an earlier run of this job: carry its curves into this run's agent runs
+        for a in team:
+            if previous and a.name in previous:
+                tracker.set_tags(agent_runs[a.name], {"hacrl.resumed_at_step": str(steps)})
+                tracker.copy_history(previous[a.name], agent_runs[a.name], steps)
         bar.update(steps)
         return json.loads(paths.done.read_text())
     seed_everything(int(c.seed))
