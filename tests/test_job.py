@@ -1,0 +1,289 @@
+"""`run_job` end to end on the micro zoo into a real MLflow sqlite store: runs, tags, params,
+metric histories, skip / force, SIGKILL and resume, determinism, failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+import hacrl.job
+from hacrl.config import compose, validate
+from hacrl.engines.local import LocalEngine
+from hacrl.job import run_job
+
+REPO = Path(__file__).resolve().parents[1]
+AGENTS = ["qwen3-1.7b-base", "qwen3-4b-base"]  # pair=size, the default
+VAL = "val/tiny_amc23/acc"
+
+
+def _client(root: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+
+
+def _job_runs(client: MlflowClient) -> list:
+    exp = client.get_experiment_by_name("hacrl")
+    runs = client.search_runs([exp.experiment_id], "tags.`hacrl.kind` = 'job'")
+    return sorted(runs, key=lambda r: r.info.start_time)
+
+
+def _children(client: MlflowClient, run_id: str) -> dict[str, object]:
+    exp = client.get_experiment_by_name("hacrl")
+    runs = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{run_id}'")
+    return {r.data.tags["model"]: r for r in runs}
+
+
+def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def _curves(client: MlflowClient, run) -> dict[str, list[tuple[int, float]]]:
+    """All metric histories of a run except wall-clock and memory ones."""
+    return {key: _history(client, run.info.run_id, key) for key in run.data.metrics
+            if not key.startswith(("time/", "memory/"))}
+
+
+def _spec(root: Path, tiny_job: list[str], *overrides: str):
+    return validate(compose([*tiny_job, f"output_root={root}", *overrides]))
+
+
+def _git_head() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO / "hacrl", capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def test_run_job_end_to_end(job_env, tmp_path, tiny_job):
+    root = tmp_path / "out"  # no store yet: the job creates sqlite:///<output_root>/mlflow.db
+    spec = _spec(root, tiny_job)
+    summary = run_job(spec, progress=False)
+    assert summary["status"] == "FINISHED"
+    assert (root / "mlflow.db").is_file()
+
+    client = _client(root)
+    (job,) = _job_runs(client)
+    assert job.info.run_id == summary["job_run_id"]
+    assert job.info.status == "FINISHED"
+    tags = job.data.tags
+    expected = {"pair": "qwen3-1.7b-base+qwen3-4b-base", "setting": "size", "method": "hacpo",
+                "seed": "0", "scale": "tiny", "engine": "local", "profile": "as_run",
+                "config_hash": spec.config_hash, "git_commit": _git_head(), "hacrl.kind": "job"}
+    assert {k: tags.get(k) for k in expected} == expected
+    params = job.data.params
+    assert params["train.steps"] == "2" and params["train.prompts_per_step"] == "4"
+    assert params["method.name"] == "hacpo" and params["algo.alpha"] == "1.0"
+    assert params["algo.cross_clip_lower"] == "0.8" and params["seed"] == "0"
+    assert "time/wall_s" in job.data.metrics
+    assert "config.yaml" in {a.path for a in client.list_artifacts(job.info.run_id)}
+
+    kids = _children(client, job.info.run_id)
+    assert sorted(kids) == AGENTS
+    assert summary["agent_run_ids"] == {name: run.info.run_id for name, run in kids.items()}
+    for name, run in kids.items():
+        other = AGENTS[1 - AGENTS.index(name)]
+        run = client.get_run(run.info.run_id)
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["mlflow.parentRunId"] == job.info.run_id
+        assert {k: run.data.tags.get(k) for k in ("pair", "method", "seed", "config_hash")} == {
+            k: expected[k] for k in ("pair", "method", "seed", "config_hash")}
+        assert run.data.params["train.steps"] == "2"
+        for key in ["reward/mean", "capability/P", f"omega/{other}", "loss/total", "grad_norm",
+                    "clip/lower_bound", "ratio/s_homo_mean", "ratio/s_hete_mean", "tokens/own",
+                    "response/length_mean", "time/step_s", "memory/peak_rss_gb"]:
+            assert [s for s, _ in _history(client, run.info.run_id, key)] == [1, 2], key
+        val = _history(client, run.info.run_id, VAL)
+        assert [s for s, _ in val] == [0, 1, 2]
+        assert all(0.0 <= v <= 1.0 for _, v in val)
+        final = {k: _history(client, run.info.run_id, f"eval/{k}/acc")
+                 for k in ("tiny_gsm8k", "tiny_aime2025", "avg")}
+        assert all([s for s, _ in h] == [2] for h in final.values())
+        assert final["avg"][0][1] == pytest.approx((final["tiny_gsm8k"][0][1]
+                                                    + final["tiny_aime2025"][0][1]) / 2)
+        assert summary["teams"][0]["final"][name]["eval/avg/acc"] == pytest.approx(final["avg"][0][1])
+        for key in run.data.metrics:
+            assert "@" not in key and "%" not in key
+
+    directory = root / "runs" / f"{spec.config_hash}-hacpo"
+    assert summary["run_dir"] == str(directory)
+    assert json.loads((directory / "team-0" / "DONE.json").read_text())["agents"] == AGENTS
+    (ckpt,) = (directory / "team-0" / "ckpt").glob("step_*")
+    assert ckpt.name == "step_000002" and (ckpt / "COMPLETE").read_text() == "2"
+    for name in AGENTS:
+        assert (ckpt / name / "optimizer.pt").is_file()
+        assert (ckpt / name / "model" / "config.json").is_file()
+
+
+def test_finished_job_is_skipped_unless_forced(job_env, new_output_root, tiny_job, capsys):
+    root = new_output_root()
+    first = run_job(_spec(root, tiny_job), progress=False)
+    assert first["status"] == "FINISHED"
+    again = run_job(_spec(root, tiny_job), progress=False)
+    assert again["skipped"] is True
+    assert "already finished" in capsys.readouterr().err
+    client = _client(root)
+    assert [r.info.run_id for r in _job_runs(client)] == [first["job_run_id"]]
+
+    forced = run_job(_spec(root, tiny_job, "force=true"), progress=False)
+    assert forced["status"] == "FINISHED" and forced["job_run_id"] != first["job_run_id"]
+    runs = _job_runs(client)
+    assert [r.info.run_id for r in runs] == [first["job_run_id"], forced["job_run_id"]]
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert len({r.data.tags["config_hash"] for r in runs}) == 1
+    assert len(_children(client, forced["job_run_id"])) == 2
+
+
+def test_single_agent_method_logs_one_child_per_agent(job_env, new_output_root, tiny_job):
+    root = new_output_root()
+    summary = run_job(_spec(root, tiny_job, "method=gspo", "pair=model_small"), progress=False)
+    client = _client(root)
+    (job,) = _job_runs(client)
+    kids = _children(client, job.info.run_id)
+    assert sorted(kids) == ["llama3.2-1b-instruct", "qwen3-1.7b-base"]
+    assert len(summary["teams"]) == 2
+    for run in kids.values():
+        history = _history(client, run.info.run_id, "reward/mean")
+        assert [s for s, _ in history] == [1, 2]
+        assert "ratio/s_hete_mean" not in client.get_run(run.info.run_id).data.metrics
+
+
+def test_same_seed_same_metrics_other_seed_differs(job_env, new_output_root, tiny_job,
+                                                   monkeypatch, lenient_grader):
+    # a verifier the micro models pass now and then, so that updates are not all zero
+    monkeypatch.setattr(hacrl.job, "grader", lambda cfg: lenient_grader)
+
+    def curves(root: Path, *overrides: str) -> dict[str, dict]:
+        summary = run_job(_spec(root, tiny_job, *overrides), progress=False)
+        client = _client(root)
+        return {name: _curves(client, client.get_run(run_id))
+                for name, run_id in summary["agent_run_ids"].items()}
+
+    a = curves(new_output_root("a"))
+    b = curves(new_output_root("b"))
+    other = curves(new_output_root("c"), "seed=1")
+    assert a == b
+    assert set(a[AGENTS[0]]) >= {"reward/mean", "loss/total", "grad_norm", VAL}
+    for name in AGENTS:
+        assert any(v > 0 for _, v in a[name]["reward/mean"])
+        assert (a[name]["reward/mean"] != other[name]["reward/mean"]
+                or a[name]["loss/total"] != other[name]["loss/total"])
+
+
+def test_engine_error_mid_step_ends_failed(job_env, new_output_root, tiny_job, monkeypatch):
+    root = new_output_root()
+
+    def explode(self, views, batch, loss_fn):
+        raise RuntimeError("engine exploded")
+
+    original = LocalEngine.train_minibatch
+    monkeypatch.setattr(LocalEngine, "train_minibatch", explode)
+    with pytest.raises(RuntimeError, match="engine exploded"):
+        run_job(_spec(root, tiny_job), progress=False)
+    client = _client(root)
+    (job,) = _job_runs(client)
+    assert job.info.status == "FAILED"
+    kids = _children(client, job.info.run_id)
+    assert sorted(kids) == AGENTS
+    assert {run.info.status for run in kids.values()} == {"FAILED"}
+    assert not list(root.glob("runs/*/team-0/DONE.json"))
+
+    # the failed job is not "finished": running it again trains it
+    monkeypatch.setattr(LocalEngine, "train_minibatch", original)
+    summary = run_job(_spec(root, tiny_job), progress=False)
+    assert summary["status"] == "FINISHED"
+    assert [r.info.status for r in _job_runs(client)] == ["FAILED", "FINISHED"]
+
+
+def test_sigkill_then_resume(job_env, new_output_root, tiny_job, hacrl_cmd, cli_env, tmp_path):
+    root = new_output_root()
+    steps = 6
+    overrides = [*tiny_job, f"train.steps={steps}", "train.save_every=2"]
+    args = [*hacrl_cmd, "train", *overrides]
+    env = cli_env(root)
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 120
+            while not list(root.glob("runs/*/team-0/ckpt/step_*/COMPLETE")):
+                assert first.poll() is None, (tmp_path / "first.log").read_text()
+                assert time.monotonic() < deadline, "no checkpoint within 120 s"
+                time.sleep(0.01)
+            os.kill(first.pid, signal.SIGKILL)
+        finally:
+            first.kill()
+            first.wait(timeout=30)
+    assert first.returncode == -signal.SIGKILL, "the first run finished before it was killed"
+    assert not list(root.glob("runs/*/team-0/DONE.json"))
+
+    second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+
+    client = _client(root)
+    killed, resumed = _job_runs(client)
+    assert killed.info.status == "KILLED"
+    assert resumed.info.status == "FINISHED"
+    assert killed.data.tags["config_hash"] == resumed.data.tags["config_hash"]
+    old_kids = _children(client, killed.info.run_id)
+    new_kids = _children(client, resumed.info.run_id)
+    assert sorted(new_kids) == AGENTS
+    assert {r.info.status for r in old_kids.values()} == {"KILLED"}
+    at = {int(r.data.tags["hacrl.resumed_at_step"]) for r in new_kids.values()}
+    assert len(at) == 1 and 0 < at.pop() < steps
+
+    # the same job without interruption, in this process
+    straight_root = new_output_root("straight")
+    summary = run_job(validate(compose([*overrides, f"output_root={straight_root}"])),
+                      progress=False)
+    straight = _client(straight_root)
+    for name in AGENTS:
+        run_id = new_kids[name].info.run_id
+        for key in ("reward/mean", "loss/total", "grad_norm", "capability/P"):
+            history = _history(client, run_id, key)
+            assert [s for s, _ in history] == list(range(1, steps + 1)), key
+            # copied history + resumed steps = the uninterrupted run, value for value
+            assert history == _history(straight, summary["agent_run_ids"][name], key), key
+        assert [s for s, _ in _history(client, run_id, VAL)] == list(range(steps + 1))
+        assert [s for s, _ in _history(client, run_id, "eval/avg/acc")] == [steps]
+
+
+def test_resumed_multi_team_job_keeps_the_finished_teams_history(job_env, new_output_root,
+                                                                  tiny_job, monkeypatch):
+    """gspo on a pair trains two teams one after the other; the job dies in the second team."""
+    root = new_output_root()
+    overrides = ["method=gspo", "pair=model_small", "train.steps=4", "train.save_every=2"]
+    original = LocalEngine.train_minibatch
+    calls = {"n": 0}
+
+    def dies_in_step_3_of_llama(self, views, batch, loss_fn):
+        if "llama" in self.model_path:
+            calls["n"] += 1
+            if calls["n"] > 4:  # 2 updates per step
+                raise RuntimeError("node lost")
+        return original(self, views, batch, loss_fn)
+
+    monkeypatch.setattr(LocalEngine, "train_minibatch", dies_in_step_3_of_llama)
+    with pytest.raises(RuntimeError, match="node lost"):
+        run_job(_spec(root, tiny_job, *overrides), progress=False)
+    monkeypatch.setattr(LocalEngine, "train_minibatch", original)
+    assert list(root.glob("runs/*/team-0/DONE.json"))
+    assert list(root.glob("runs/*/team-1/ckpt/step_000002/COMPLETE"))
+
+    summary = run_job(_spec(root, tiny_job, *overrides), progress=False)
+    assert summary["status"] == "FINISHED"
+    client = _client(root)
+    failed, resumed = _job_runs(client)
+    assert failed.info.status == "FAILED" and resumed.info.run_id == summary["job_run_id"]
+    kids = _children(client, resumed.info.run_id)
+    assert kids["llama3.2-1b-instruct"].data.tags["hacrl.resumed_at_step"] == "2"
+    for name, run in kids.items():
+        assert [s for s, _ in _history(client, run.info.run_id, "reward/mean")] == [1, 2, 3, 4], name
+        assert [s for s, _ in _history(client, run.info.run_id, "eval/avg/acc")] == [4], name
+        assert [s for s, _ in _history(client, run.info.run_id, VAL)] == [0, 1, 2, 3, 4], name
