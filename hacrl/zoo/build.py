@@ -1,0 +1,267 @@
+"""Build the tiny model zoo: tokenizer + random init + SFT, saved like real checkpoints.
+
+Each model is written into a private temporary directory next to its final place; its
+``zoo_card.json`` is written last and the directory is then renamed into place, so a
+killed build never leaves a model that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from hacrl.task import load_probe, load_split
+from hacrl.zoo.sft import SFTConfig, probe_accuracy, sft_train
+from hacrl.zoo.specs import ZOO, ZooSpec, make_config, validate_names
+from hacrl.zoo.tokenizers import FAMILIES, build_tokenizer
+
+__all__ = [
+    "CARD_NAME",
+    "build_micro_model",
+    "build_model",
+    "build_zoo",
+    "default_zoo_dir",
+    "is_built",
+    "load_card",
+    "zoo_model_dir",
+]
+
+CARD_NAME = "zoo_card.json"
+_CARD_FORMAT = 1
+_log = logging.getLogger(__name__)
+
+
+def default_zoo_dir() -> Path:
+    """``$HACRL_ZOO_DIR`` if set, else ``~/.cache/hacrl/zoo/v1``."""
+    env = os.environ.get("HACRL_ZOO_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "hacrl" / "zoo" / "v1"
+
+
+def zoo_model_dir(name: str, root: str | Path | None = None) -> Path:
+    """Directory of zoo model ``name`` (loadable with ``from_pretrained`` once built)."""
+    validate_names([name])
+    return (Path(root) if root is not None else default_zoo_dir()) / name
+
+
+def is_built(name: str, root: str | Path | None = None) -> bool:
+    """Whether ``name`` is completely built under ``root`` (its card exists)."""
+    return (zoo_model_dir(name, root) / CARD_NAME).is_file()
+
+
+def load_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
+    """The ``zoo_card.json`` of a built model."""
+    with (zoo_model_dir(name, root) / CARD_NAME).open(encoding="utf-8") as f:
+        card: dict[str, Any] = json.load(f)
+    return card
+
+
+def _init_seed(spec: ZooSpec, seed: int) -> int:
+    """Seed for initialisation and data order; shared by specs with the same ``init_key``."""
+    key = f"{spec.init_key or spec.name}/{seed}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big")
+
+
+def _new_model(spec: ZooSpec, tok: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(make_config(spec, tok), dtype=torch.float32)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.bos_token_id = tok.bos_token_id
+    assert isinstance(model, PreTrainedModel)
+    return model
+
+
+def _remove_stale(root: Path, name: str) -> None:
+    """Delete temporary directories of ``name`` left by build processes that are gone."""
+    for tmp in root.glob(f".{name}.partial-*"):
+        try:
+            os.kill(int(tmp.name.rsplit("-", 1)[1]), 0)
+        except (ValueError, ProcessLookupError):
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            pass  # process alive, owned by someone else
+
+
+def _install(tmp: Path, final: Path) -> None:
+    """Move the finished ``tmp`` directory to ``final``, replacing any previous content."""
+    for path in tmp.iterdir():
+        path.chmod(0o644)
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.replace(tmp, final)
+
+
+def build_model(spec: ZooSpec, out_dir: str | Path, seed: int = 0) -> dict[str, Any]:
+    """Build one zoo model into ``out_dir`` atomically and return its card."""
+    t0 = time.perf_counter()
+    final = Path(out_dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(final.parent, final.name)
+    tmp = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tok = build_tokenizer(spec.family)
+        init_seed = _init_seed(spec, seed)
+        model = _new_model(spec, tok, init_seed)
+        cfg = SFTConfig(
+            lr=spec.lr,
+            batch_size=spec.batch_size,
+            warmup_steps=spec.warmup_steps,
+            max_steps=spec.max_steps,
+            eval_every=spec.eval_every,
+            target_accuracy=spec.target_accuracy,
+            seed=init_seed,
+        )
+        result = sft_train(model, tok, load_split("train"), cfg, load_probe())
+        bench = probe_accuracy(model, tok, load_split("tiny_math500"))
+        n_params = sum(p.numel() for p in model.parameters())
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        card = {
+            "format": _CARD_FORMAT,
+            "name": spec.name,
+            "spec": spec.to_dict(),
+            "seed": seed,
+            "init_seed": init_seed,
+            "sft_steps": result.steps,
+            "probe_accuracy": result.probe_accuracy,
+            "reached_target": result.reached_target,
+            "probe_history": [list(h) for h in result.history],
+            "final_loss": result.final_loss,
+            "probe_seconds": round(result.eval_seconds, 2),
+            "tiny_math500_greedy_accuracy": bench,
+            "param_count": n_params,
+            "n_params": n_params,
+            "vocab_size": len(tok),
+            "torch_version": torch.__version__,
+            "transformers_version": transformers.__version__,
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+        with (tmp / CARD_NAME).open("w", encoding="utf-8") as f:  # written last
+            json.dump(card, f, indent=2)
+        _install(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return card
+
+
+def _summary(card: dict[str, Any]) -> str:
+    return (
+        f"probe accuracy {card['probe_accuracy']}, {card['param_count']} params, "
+        f"{card['sft_steps']} SFT steps, {card['seconds']} s"
+    )
+
+
+def _build_in_worker(name: str, out_dir: str, seed: int) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    return build_model(ZOO[name], out_dir, seed)
+
+
+def build_zoo(
+    root: str | Path | None = None,
+    names: Sequence[str] | None = None,
+    seed: int = 0,
+    workers: int = 2,
+    force: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Build every (or the named) zoo model under ``root``; returns the cards by name.
+
+    Models already complete are skipped unless ``force``. Models are built in
+    ``workers`` spawned processes, each limited to one torch thread (so a script
+    calling this needs the usual ``if __name__ == "__main__":`` guard).
+    """
+    todo_names = validate_names(None if names is None else list(names))
+    base = Path(root) if root is not None else default_zoo_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    cards: dict[str, dict[str, Any]] = {}
+    todo = []
+    for name in todo_names:
+        if is_built(name, base) and not force:
+            cards[name] = load_card(name, base)
+        else:
+            todo.append(name)
+    # Longest builds first so the pool stays busy.
+    todo.sort(key=lambda n: -ZOO[n].target_accuracy * ZOO[n].hidden_size * ZOO[n].num_layers)
+    if workers <= 1 or len(todo) <= 1:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            for name in todo:
+                cards[name] = build_model(ZOO[name], base / name, seed)
+                _log.info("built %s: %s", name, _summary(cards[name]))
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        n = min(workers, len(todo))
+        with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
+            futures = {
+                pool.submit(_build_in_worker, name, str(base / name), seed): name for name in todo
+            }
+            for fut in as_completed(futures):
+                cards[futures[fut]] = fut.result()
+                _log.info("built %s: %s", futures[fut], _summary(cards[futures[fut]]))
+    return {name: cards[name] for name in todo_names}
+
+
+def build_micro_model(family: str, out_dir: str | Path, seed: int = 0, sft_steps: int = 60) -> Path:
+    """A very small model + tokenizer of ``family`` for unit tests (seconds to build).
+
+    It is saved like a zoo model (without a probe-accuracy target) and can generate.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}")
+    spec = ZooSpec(
+        name=f"micro-{family}",
+        paper_model="",
+        family=family,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        target_accuracy=0.0,
+    )
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tok = build_tokenizer(family)
+        model = _new_model(spec, tok, seed)
+        cfg = SFTConfig(lr=1e-2, batch_size=16, warmup_steps=5, max_steps=sft_steps, seed=seed)
+        result = sft_train(model, tok, load_split("train")[:2000], cfg)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        card = {
+            "format": _CARD_FORMAT,
+            "name": spec.name,
+            "spec": spec.to_dict(),
+            "seed": seed,
+            "sft_steps": result.steps,
+            "final_loss": result.final_loss,
+            "param_count": sum(p.numel() for p in model.parameters()),
+            "n_params": sum(p.numel() for p in model.parameters()),
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+        with (tmp / CARD_NAME).open("w", encoding="utf-8") as f:
+            json.dump(card, f, indent=2)
+        _install(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

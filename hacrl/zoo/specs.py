@@ -1,0 +1,120 @@
+"""Specifications of the tiny model zoo: one small analog per model of the paper."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from transformers import LlamaConfig, PretrainedConfig, PreTrainedTokenizerBase, Qwen3Config
+
+__all__ = ["ZOO", "ZooSpec", "make_config", "validate_names"]
+
+
+@dataclass(frozen=True)
+class ZooSpec:
+    """Architecture and SFT recipe of one zoo model.
+
+    ``init_key`` names the random initialisation and data order: models sharing it
+    (``qwen3-4b`` and ``qwen3-4b-instruct``) follow the same SFT trajectory and differ
+    only in how long they train (their ``target_accuracy``).
+    """
+
+    name: str
+    paper_model: str
+    family: str  # tokenizer family: "qwen" or "llama"
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    target_accuracy: float  # SFT stops once greedy probe accuracy reaches this
+    init_key: str = ""  # defaults to ``name``
+    lr: float = 3e-3
+    batch_size: int = 32
+    warmup_steps: int = 30
+    max_steps: int = 3000
+    eval_every: int = 25
+    max_position_embeddings: int = 256
+
+    @property
+    def architecture(self) -> str:
+        return "Qwen3ForCausalLM" if self.family == "qwen" else "LlamaForCausalLM"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "architecture": self.architecture}
+
+
+def _qwen(
+    name: str, paper: str, h: int, layers: int, heads: int, kv: int, target: float, **kw: Any
+) -> ZooSpec:
+    return ZooSpec(name, paper, "qwen", h, layers, heads, kv, 2 * h, target, **kw)
+
+
+def _llama(
+    name: str, paper: str, h: int, layers: int, heads: int, kv: int, target: float, **kw: Any
+) -> ZooSpec:
+    return ZooSpec(name, paper, "llama", h, layers, heads, kv, 2 * h, target, **kw)
+
+
+ZOO: dict[str, ZooSpec] = {
+    s.name: s
+    for s in (
+        # size family: one architecture, growing width/depth
+        _qwen("qwen3-1.7b-base", "Qwen/Qwen3-1.7B-Base", 48, 3, 4, 2, 0.25),
+        _qwen("qwen3-4b-base", "Qwen/Qwen3-4B-Base", 64, 3, 4, 2, 0.40),
+        _qwen("qwen3-8b-base", "Qwen/Qwen3-8B-Base", 96, 3, 4, 2, 0.50),
+        # state family: same architecture, init and data order; instruct trains longer
+        _qwen("qwen3-4b", "Qwen/Qwen3-4B", 64, 3, 4, 2, 0.30, init_key="qwen3-4b"),
+        _qwen(
+            "qwen3-4b-instruct",
+            "Qwen/Qwen3-4B-Instruct-2507",
+            64,
+            3,
+            4,
+            2,
+            0.55,
+            init_key="qwen3-4b",
+        ),
+        # other vendor: byte-level BPE tokenizer, Llama architecture
+        _llama("llama3.2-1b-instruct", "meta-llama/Llama-3.2-1B-Instruct", 48, 3, 4, 2, 0.25),
+        _llama("llama3.2-3b-instruct", "meta-llama/Llama-3.2-3B-Instruct", 80, 3, 4, 2, 0.45),
+    )
+}
+
+
+def validate_names(names: list[str] | tuple[str, ...] | None) -> list[str]:
+    """The given zoo names (all when None); unknown names raise ValueError naming the valid ones."""
+    if names is None:
+        return list(ZOO)
+    unknown = [n for n in names if n not in ZOO]
+    if unknown:
+        raise ValueError(f"unknown zoo model(s) {unknown}; valid names: {', '.join(ZOO)}")
+    return list(names)
+
+
+def make_config(spec: ZooSpec, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+    """Hugging Face config for ``spec`` with token ids taken from ``tokenizer``."""
+    common: dict[str, Any] = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.hidden_size // spec.num_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=True,
+        attention_dropout=0.0,
+        initializer_range=0.02,
+        rms_norm_eps=1e-6,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        dtype="float32",
+    )
+    if spec.family == "qwen":
+        return Qwen3Config(**common)
+    if spec.family == "llama":
+        return LlamaConfig(**common)
+    raise ValueError(f"unknown family {spec.family!r}")
