@@ -242,6 +242,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
             tracker.log_metrics(agent_runs[agent.name], accs, steps)
             final[agent.name] = accs
     result_json = {"agents": [a.name for a in agents], "steps": steps, "final": final}
+    paths.root.mkdir(parents=True, exist_ok=True)  # steps=0 (evaluation only) saved nothing yet
     paths.done.write_text(json.dumps(result_json, indent=1))
     return result_json
 
