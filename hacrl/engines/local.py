@@ -20,7 +20,6 @@ from hacrl.engines.base import Engine, Generation, LossFn, SamplingParams, regis
 from hacrl.rollout import TokenView, eos_id
 from hacrl.telemetry import peak_memory_metrics
 
-
 hf_logging.disable_progress_bar()  # per-load bars would bury the training progress bar
 
 
