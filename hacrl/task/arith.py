@@ -1,17 +1,19 @@
 """Synthetic verifiable arithmetic problems with short worked solutions.
 
-Five difficulty levels (harder levels need more carrying / longer answers):
+Five difficulty levels, ordered by how hard they are for a tiny model that writes
+the answer left to right (on the built zoo, greedy accuracy is highest on levels
+1-2 and falls through 3, 4 and 5):
 
-1. one-digit + one-digit, or two-digit + one-digit with no carry (``7+5``, ``42+6``)
-2. one carry: two-digit + one-digit, or two-digit + two-digit with a two-digit
-   result, whose ones digits carry (``47+8``, ``33+19``)
-3. two-digit + two-digit carrying out of both digits, three-digit result (``76+58``)
+1. two-digit + two-digit without any carry (``42+35``): digit-wise sums
+2. two-digit + two-digit with a carry out of the ones only (``47+38``)
+3. two-digit + two-digit with a three-digit result (``76+58``, ``64+45``)
 4. two-digit - two-digit, possibly negative (``23-87``)
-5. one-digit * two-digit, or a sum of three two-digit numbers
+5. one-digit * two-digit, or a sum of three two-digit numbers (``7*46``, ``12+34+56``)
 
 Every question string is assigned once and for all to a *train* pool (70 %) or a
 *held-out* pool (30 %) by a hash of the string, so the training split and the
-seven benchmarks are disjoint by construction. All splits are drawn with their
+seven benchmarks are disjoint by construction (the smallest level spaces, 1980 and
+1260 questions for levels 1 and 2, leave room for both). All splits are drawn with their
 own string-seeded ``random.Random`` and do not touch the global RNG.
 """
 
@@ -67,7 +69,7 @@ class SplitSpec:
 SPLITS: dict[str, SplitSpec] = {
     s.name: s
     for s in (
-        SplitSpec("train", 5000, LEVELS, heldout=False, weights=(0.12, 0.21, 0.22, 0.225, 0.225)),
+        SplitSpec("train", 5000, LEVELS, heldout=False, weights=(0.18, 0.16, 0.22, 0.22, 0.22)),
         SplitSpec("tiny_math500", 200, LEVELS, heldout=True),
         SplitSpec("tiny_math", 300, LEVELS, heldout=True),
         SplitSpec("tiny_gsm8k", 150, (1, 2), heldout=True),
@@ -95,24 +97,16 @@ _PROBE_SPEC = SplitSpec("probe", 200, LEVELS, heldout=False)
 def _draw_level(level: int, rng: random.Random) -> str:
     """Draw one expression (e.g. ``"47+38"``) of the given level."""
     r = rng.randint
-    if level == 1:
-        if rng.random() < 0.25:
-            return f"{r(0, 9)}+{r(0, 9)}"
-        a = r(10, 99)
-        b = r(0, 9 - a % 10)
-        return f"{a}+{b}" if rng.random() < 0.5 else f"{b}+{a}"
-    if level == 2:
+    if level in (1, 2, 3):
         while True:
-            a = r(10, 99)
-            b = r(1, 9) if rng.random() < 0.5 else r(10, 89)
-            if a % 10 + b % 10 >= 10 and (b < 10 or a + b < 100):
-                break
-        return f"{b}+{a}" if b < 10 and rng.random() < 0.5 else f"{a}+{b}"
-    if level == 3:
-        a, b = r(10, 99), r(10, 99)
-        while a % 10 + b % 10 < 10 or a + b < 100:
             a, b = r(10, 99), r(10, 99)
-        return f"{a}+{b}"
+            ones_carry = a % 10 + b % 10 >= 10
+            if level == 1 and not ones_carry and a + b < 100:
+                return f"{a}+{b}"
+            if level == 2 and ones_carry and a + b < 100:
+                return f"{a}+{b}"
+            if level == 3 and a + b >= 100:
+                return f"{a}+{b}"
     if level == 4:
         return f"{r(10, 99)}-{r(10, 99)}"
     if level == 5:

@@ -32,7 +32,7 @@ class ZooSpec:
     lr: float = 3e-3
     batch_size: int = 32
     warmup_steps: int = 30
-    max_steps: int = 3000
+    max_steps: int = 4000
     eval_every: int = 25
     max_position_embeddings: int = 256
 
@@ -44,40 +44,35 @@ class ZooSpec:
         return {**asdict(self), "architecture": self.architecture}
 
 
-def _qwen(
-    name: str, paper: str, h: int, layers: int, heads: int, kv: int, target: float, **kw: Any
+def _spec(
+    name: str, paper: str, family: str, hidden: int, layers: int, target: float, **kw: Any
 ) -> ZooSpec:
-    return ZooSpec(name, paper, "qwen", h, layers, heads, kv, 2 * h, target, **kw)
-
-
-def _llama(
-    name: str, paper: str, h: int, layers: int, heads: int, kv: int, target: float, **kw: Any
-) -> ZooSpec:
-    return ZooSpec(name, paper, "llama", h, layers, heads, kv, 2 * h, target, **kw)
+    """4 query / 2 key-value heads, MLP 2x wide; narrow models take a larger learning rate."""
+    kw.setdefault("lr", 5e-3 if hidden <= 64 else 3e-3)
+    return ZooSpec(name, paper, family, hidden, layers, 4, 2, 2 * hidden, target, **kw)
 
 
 ZOO: dict[str, ZooSpec] = {
     s.name: s
     for s in (
         # size family: one architecture, growing width/depth
-        _qwen("qwen3-1.7b-base", "Qwen/Qwen3-1.7B-Base", 48, 3, 4, 2, 0.25),
-        _qwen("qwen3-4b-base", "Qwen/Qwen3-4B-Base", 64, 3, 4, 2, 0.40),
-        _qwen("qwen3-8b-base", "Qwen/Qwen3-8B-Base", 96, 3, 4, 2, 0.50),
+        _spec("qwen3-1.7b-base", "Qwen/Qwen3-1.7B-Base", "qwen", 48, 3, 0.25),
+        _spec("qwen3-4b-base", "Qwen/Qwen3-4B-Base", "qwen", 64, 3, 0.40),
+        _spec("qwen3-8b-base", "Qwen/Qwen3-8B-Base", "qwen", 96, 3, 0.50),
         # state family: same architecture, init and data order; instruct trains longer
-        _qwen("qwen3-4b", "Qwen/Qwen3-4B", 64, 3, 4, 2, 0.30, init_key="qwen3-4b"),
-        _qwen(
+        _spec("qwen3-4b", "Qwen/Qwen3-4B", "qwen", 64, 3, 0.30, init_key="qwen3-4b"),
+        _spec(
             "qwen3-4b-instruct",
             "Qwen/Qwen3-4B-Instruct-2507",
+            "qwen",
             64,
             3,
-            4,
-            2,
             0.55,
             init_key="qwen3-4b",
         ),
-        # other vendor: byte-level BPE tokenizer, Llama architecture
-        _llama("llama3.2-1b-instruct", "meta-llama/Llama-3.2-1B-Instruct", 48, 3, 4, 2, 0.25),
-        _llama("llama3.2-3b-instruct", "meta-llama/Llama-3.2-3B-Instruct", 80, 3, 4, 2, 0.45),
+        # other vendor: byte-level BPE tokenizer, Llama architecture, two sizes
+        _spec("llama3.2-1b-instruct", "meta-llama/Llama-3.2-1B-Instruct", "llama", 48, 3, 0.25),
+        _spec("llama3.2-3b-instruct", "meta-llama/Llama-3.2-3B-Instruct", "llama", 80, 3, 0.45),
     )
 }
 
