@@ -165,7 +165,7 @@ BASE = ["train.steps=2", "train.prompts_per_step=4", "train.minibatch_prompts=2"
 
 @pytest.mark.parametrize("change", ["seed=1", "method=naive", "train.lr=1e-3", "train.steps=3",
                                     "algo.alpha=2.0", "pair=model_small", "profile=bare",
-                                    "rollout.max_new_tokens=32"])
+                                    "rollout.max_new_tokens=40"])
 def test_config_hash_changes_with_training_settings(change):
     assert config_hash(compose([*BASE, change])) != config_hash(compose(BASE))
 
