@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,12 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
             return hydra_compose(config_name="train", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        missing = re.search(r"Could not find '([\w/]+)/([^']+)'", first)
+        if missing and (CONFIG_DIR / missing.group(1)).is_dir():
+            group, option = missing.groups()
+            options = sorted(f.stem for f in (CONFIG_DIR / group).glob("*.yaml"))
+            raise ConfigError(f"{group}={option}: no such option; choose one of: "
+                              f"{', '.join(options)}") from None
         raise ConfigError(f"{first} (check the override's spelling; groups and their options "
                           f"are the folders and files of {CONFIG_DIR})") from None
 
