@@ -36,7 +36,7 @@ def _zoo(args: argparse.Namespace) -> int:
                       force=args.force)
     for name, card in cards.items():
         print(f"{name}: probe accuracy {card.get('probe_accuracy', float('nan')):.2f}, "
-              f"{card.get('n_params', 0)} params")
+              f"{card.get('param_count', 0)} params")
     print(f"zoo at {root}")
     return 0
 

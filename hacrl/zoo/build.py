@@ -146,7 +146,6 @@ def build_model(spec: ZooSpec, out_dir: str | Path, seed: int = 0) -> dict[str, 
             "probe_seconds": round(result.eval_seconds, 2),
             "tiny_math500_greedy_accuracy": bench,
             "param_count": n_params,
-            "n_params": n_params,
             "vocab_size": len(tok),
             "torch_version": torch.__version__,
             "transformers_version": transformers.__version__,
@@ -256,7 +255,6 @@ def build_micro_model(family: str, out_dir: str | Path, seed: int = 0, sft_steps
             "sft_steps": result.steps,
             "final_loss": result.final_loss,
             "param_count": sum(p.numel() for p in model.parameters()),
-            "n_params": sum(p.numel() for p in model.parameters()),
             "seconds": round(time.perf_counter() - t0, 2),
         }
         with (tmp / CARD_NAME).open("w", encoding="utf-8") as f:
