@@ -58,13 +58,17 @@ def _pid_alive(pid: int) -> bool:
 
 class Tracker:
     def __init__(self, uri: str, experiment: str) -> None:
+        artifacts = None
         if uri.startswith("sqlite:///"):
-            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            db = Path(uri.removeprefix("sqlite:///"))
+            db.parent.mkdir(parents=True, exist_ok=True)
+            # next to the store, not MLflow's default ./mlruns in whatever the cwd is
+            artifacts = (db.parent / "mlartifacts").resolve().as_uri()
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         existing = self.client.get_experiment_by_name(experiment)
         self.experiment_id = (existing.experiment_id if existing is not None
-                              else self.client.create_experiment(experiment))
+                              else self.client.create_experiment(experiment, artifacts))
 
     def start_run(self, name: str, tags: Mapping[str, str], params: Mapping[str, str] | None = None,
                   parent_run_id: str | None = None) -> str:

@@ -62,10 +62,14 @@ def _git_head() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def test_run_job_end_to_end(job_env, tmp_path, tiny_job):
+def test_run_job_end_to_end(job_env, tmp_path, tiny_job, monkeypatch):
     root = tmp_path / "out"  # no store yet: the job creates sqlite:///<output_root>/mlflow.db
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     spec = _spec(root, tiny_job)
     summary = run_job(spec, progress=False)
+    assert list(cwd.iterdir()) == []  # artifacts live next to the store, not in ./mlruns
     assert summary["status"] == "FINISHED"
     assert (root / "mlflow.db").is_file()
 
