@@ -106,56 +106,61 @@ def _install(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
+def _save_model_dir(model: PreTrainedModel, tok: PreTrainedTokenizerBase, card: dict[str, Any],
+                    final: Path) -> None:
+    """Write model, tokenizer and card (last) into a temp folder, then rename it into place."""
+    tmp = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        with (tmp / CARD_NAME).open("w", encoding="utf-8") as f:  # written last
+            json.dump(card, f, indent=2)
+        _install(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def build_model(spec: ZooSpec, out_dir: str | Path, seed: int = 0) -> dict[str, Any]:
     """Build one zoo model into ``out_dir`` atomically and return its card."""
     t0 = time.perf_counter()
     final = Path(out_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(final.parent, final.name)
-    tmp = final.with_name(f".{final.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tok = build_tokenizer(spec.family)
-        init_seed = _init_seed(spec, seed)
-        model = _new_model(spec, tok, init_seed)
-        cfg = SFTConfig(
-            lr=spec.lr,
-            batch_size=spec.batch_size,
-            warmup_steps=spec.warmup_steps,
-            max_steps=spec.max_steps,
-            eval_every=spec.eval_every,
-            target_accuracy=spec.target_accuracy,
-            seed=init_seed,
-        )
-        result = sft_train(model, tok, load_split("train"), cfg, load_probe())
-        bench = probe_accuracy(model, tok, load_split("tiny_math500"))
-        n_params = sum(p.numel() for p in model.parameters())
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        card = {
-            "format": _CARD_FORMAT,
-            "name": spec.name,
-            "spec": spec.to_dict(),
-            "seed": seed,
-            "init_seed": init_seed,
-            "sft_steps": result.steps,
-            "probe_accuracy": result.probe_accuracy,
-            "reached_target": result.reached_target,
-            "probe_history": [list(h) for h in result.history],
-            "final_loss": result.final_loss,
-            "probe_seconds": round(result.eval_seconds, 2),
-            "tiny_math500_greedy_accuracy": bench,
-            "param_count": n_params,
-            "vocab_size": len(tok),
-            "torch_version": torch.__version__,
-            "transformers_version": transformers.__version__,
-            "seconds": round(time.perf_counter() - t0, 2),
-        }
-        with (tmp / CARD_NAME).open("w", encoding="utf-8") as f:  # written last
-            json.dump(card, f, indent=2)
-        _install(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    tok = build_tokenizer(spec.family)
+    init_seed = _init_seed(spec, seed)
+    model = _new_model(spec, tok, init_seed)
+    cfg = SFTConfig(
+        lr=spec.lr,
+        batch_size=spec.batch_size,
+        warmup_steps=spec.warmup_steps,
+        max_steps=spec.max_steps,
+        eval_every=spec.eval_every,
+        target_accuracy=spec.target_accuracy,
+        seed=init_seed,
+    )
+    result = sft_train(model, tok, load_split("train"), cfg, load_probe())
+    bench = probe_accuracy(model, tok, load_split("tiny_math500"))
+    card = {
+        "format": _CARD_FORMAT,
+        "name": spec.name,
+        "spec": spec.to_dict(),
+        "seed": seed,
+        "init_seed": init_seed,
+        "sft_steps": result.steps,
+        "probe_accuracy": result.probe_accuracy,
+        "reached_target": result.reached_target,
+        "probe_history": [list(h) for h in result.history],
+        "final_loss": result.final_loss,
+        "probe_seconds": round(result.eval_seconds, 2),
+        "tiny_math500_greedy_accuracy": bench,
+        "param_count": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tok),
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    _save_model_dir(model, tok, card, final)
     return card
 
 
@@ -238,28 +243,19 @@ def build_micro_model(family: str, out_dir: str | Path, seed: int = 0, sft_steps
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tok = build_tokenizer(family)
-        model = _new_model(spec, tok, seed)
-        cfg = SFTConfig(lr=1e-2, batch_size=16, warmup_steps=5, max_steps=sft_steps, seed=seed)
-        result = sft_train(model, tok, load_split("train")[:2000], cfg)
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        card = {
-            "format": _CARD_FORMAT,
-            "name": spec.name,
-            "spec": spec.to_dict(),
-            "seed": seed,
-            "sft_steps": result.steps,
-            "final_loss": result.final_loss,
-            "param_count": sum(p.numel() for p in model.parameters()),
-            "seconds": round(time.perf_counter() - t0, 2),
-        }
-        with (tmp / CARD_NAME).open("w", encoding="utf-8") as f:
-            json.dump(card, f, indent=2)
-        _install(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    tok = build_tokenizer(family)
+    model = _new_model(spec, tok, seed)
+    cfg = SFTConfig(lr=1e-2, batch_size=16, warmup_steps=5, max_steps=sft_steps, seed=seed)
+    result = sft_train(model, tok, load_split("train")[:2000], cfg)
+    card = {
+        "format": _CARD_FORMAT,
+        "name": spec.name,
+        "spec": spec.to_dict(),
+        "seed": seed,
+        "sft_steps": result.steps,
+        "final_loss": result.final_loss,
+        "param_count": sum(p.numel() for p in model.parameters()),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    _save_model_dir(model, tok, card, out)
     return out
