@@ -42,6 +42,7 @@ __all__ = [
 CARD_NAME = "zoo_card.json"
 _CARD_FORMAT = 1
 _log = logging.getLogger(__name__)
+transformers.utils.logging.disable_progress_bar()  # one bar per saved shard is noise here
 
 
 def default_zoo_dir() -> Path:
