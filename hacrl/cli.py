@@ -32,6 +32,13 @@ def _zoo(args: argparse.Namespace) -> int:
     import logging
 
     from hacrl.zoo import build_zoo, default_zoo_dir
+    from hacrl.zoo.specs import validate_names
+
+    try:
+        validate_names(args.names or None)
+    except ValueError as err:
+        print(f"hacrl: zoo build: {err}", file=sys.stderr)
+        return 2
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -1,0 +1,18 @@
+"""The `hacrl` command's own argument errors: one line, exit code 2, nothing built."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_zoo_build_unknown_model_is_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "HACRL_ZOO_DIR": str(tmp_path / "zoo")}
+    out = subprocess.run([sys.executable, "-m", "hacrl.cli", "zoo", "build", "nosuchmodel"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nosuchmodel" in lines[0] and "qwen3-4b-base" in lines[0]
+    assert not (tmp_path / "zoo").exists()
