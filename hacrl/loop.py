@@ -290,9 +290,10 @@ class TeamLoop:
             index = order[start:start + self.rows_per_update]
             collected: list[algo.LossOutput] = []
 
-            def loss_fn(logp: Tensor, rows: LossBatch, m: int = m,
-                        collected: list[algo.LossOutput] = collected) -> algo.LossOutput:
-                out = algo.policy_loss(logp, rows, self.settings.loss, update_index=m)
+            def loss_fn(logp: Tensor, rows: LossBatch, denominators: algo.Denominators | None = None,
+                        m: int = m, collected: list[algo.LossOutput] = collected) -> algo.LossOutput:
+                out = algo.policy_loss(logp, rows, self.settings.loss, update_index=m,
+                                       denominators=denominators)
                 collected.append(out)
                 return out
 

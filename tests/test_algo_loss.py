@@ -293,3 +293,39 @@ def test_gradient_of_own_row_is_sequence_level():
     batch = _batch(mask, old, _mean(old, mask), _t([2.0]), _t([1.0]), [False], [True])
     _, g = _loss_and_grad(lambda x: policy_loss(x, batch, LossConfig(), 0).loss, logp)
     assert g[0].tolist() == pytest.approx([-2.0 * math.exp(1e-4) / T] * T)
+
+
+def test_micro_batch_shares_add_up_to_the_mini_batch_loss_and_gradient():
+    """Gradient accumulation: with the mini-batch's denominators, micro-batch losses (and their
+    gradients) sum exactly to the full mini-batch's, for both aggregations and the KL term."""
+    from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss
+
+    gen = torch.Generator().manual_seed(7)
+    rows, width = 6, 5
+    lengths = torch.tensor([5, 2, 4, 1, 3, 5])
+    mask = (torch.arange(width)[None] < lengths[:, None]).float()
+    old = -torch.rand(rows, width, generator=gen) * mask
+    batch = LossBatch(
+        response_mask=mask, old_logp=old,
+        source_mean_logp=(old.sum(-1) / lengths) - 0.1 * torch.rand(rows, generator=gen),
+        advantages=torch.randn(rows, generator=gen), omega=torch.rand(rows, generator=gen) + 0.5,
+        cross=torch.tensor([False, False, True, False, True, True]),
+        own=torch.tensor([True, True, False, True, False, False]),
+        ref_logp=(old - 0.05 * torch.rand(rows, width, generator=gen)) * mask)
+    base = (old + 0.01 * torch.randn(rows, width, generator=gen)) * mask
+    for agg, ratio in (("seq-mean-token-mean", "sequence"), ("token-mean", "token")):
+        cfg = LossConfig(ratio=ratio, loss_agg=agg, clip_low=0.2, clip_high=0.28, kl_coef=0.5,
+                         delta=0.5)
+        full_logp = base.clone().requires_grad_(True)
+        full = policy_loss(full_logp, batch, cfg, update_index=0).loss
+        full.backward()
+        micro_logp = base.clone().requires_grad_(True)
+        shares = Denominators.of(batch)
+        total = torch.zeros(())
+        for index in (torch.tensor([0, 1]), torch.tensor([2, 3, 4]), torch.tensor([5])):
+            part = policy_loss(micro_logp[index], batch.select(index), cfg, update_index=0,
+                               denominators=shares).loss
+            part.backward()
+            total = total + part.detach()
+        torch.testing.assert_close(total, full.detach())
+        torch.testing.assert_close(micro_logp.grad, full_logp.grad)

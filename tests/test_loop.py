@@ -230,9 +230,9 @@ def test_update_index_reaches_the_loss(micro_zoo, lenient_grader, monkeypatch):
     seen: list[int] = []
     real = hacrl.algo.policy_loss
 
-    def spy(logp, batch, cfg, update_index):
+    def spy(logp, batch, cfg, update_index, denominators=None):
         seen.append(update_index)
-        return real(logp, batch, cfg, update_index)
+        return real(logp, batch, cfg, update_index, denominators=denominators)
 
     monkeypatch.setattr(hacrl.algo, "policy_loss", spy)
     loop, engines, _ = make_loop(micro_zoo, [QWEN, LLAMA], "hacpo", lenient_grader)

@@ -8,7 +8,14 @@ from hacrl.algo.advantages import (
     pooled_advantages,
 )
 from hacrl.algo.capability import CapabilityWindow, omega_matrix, smoothed_capability
-from hacrl.algo.loss import LossBatch, LossConfig, LossOutput, aggregate, policy_loss
+from hacrl.algo.loss import (
+    Denominators,
+    LossBatch,
+    LossConfig,
+    LossOutput,
+    aggregate,
+    policy_loss,
+)
 from hacrl.algo.methods import METHODS, MethodSpec, get_method, register_method
 from hacrl.algo.objectives import (
     borrowed_sample_loss,
@@ -25,7 +32,7 @@ from hacrl.algo.ratios import (
 )
 
 __all__ = [
-    "METHODS", "CapabilityWindow", "LossBatch", "LossConfig", "LossOutput", "MethodSpec",
+    "METHODS", "CapabilityWindow", "Denominators", "LossBatch", "LossConfig", "LossOutput", "MethodSpec",
     "aggregate", "borrowed_sample_loss", "broadcast_to_targets", "capability_aware_advantages",
     "capability_aware_baseline", "clipped_surrogate_loss", "exponential_is_weight",
     "get_method", "group_relative_advantages", "low_variance_kl", "masked_mean",

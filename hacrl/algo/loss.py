@@ -100,17 +100,42 @@ class LossOutput:
     s_hete: Tensor  # [n_cross] detached sequence ratios of cross rows
 
 
-def aggregate(token_loss: Tensor, mask: Tensor, mode: str) -> Tensor:
-    """Reduce a [B, T] loss to a scalar the way verl's `agg_loss` does."""
+@dataclass(frozen=True)
+class Denominators:
+    """Sizes of a whole mini-batch, so that its micro-batches' losses add up to its loss.
+
+    rows: B; tokens: response tokens of all rows; own_tokens: those of own rows (the KL term).
+    """
+
+    rows: float
+    tokens: float
+    own_tokens: float
+
+    @staticmethod
+    def of(batch: LossBatch) -> Denominators:
+        mask = batch.response_mask
+        return Denominators(rows=float(mask.shape[0]), tokens=float(mask.sum()),
+                            own_tokens=float((mask * batch.own[:, None].to(mask.dtype)).sum()))
+
+
+def aggregate(token_loss: Tensor, mask: Tensor, mode: str, denominator: float | None = None) -> Tensor:
+    """Reduce a [B, T] loss to a scalar the way verl's `agg_loss` does.
+
+    `denominator` replaces this batch's own row count (seq-mean-token-mean) or token count
+    (token-mean): a micro-batch then contributes its exact share of the mini-batch's loss.
+    """
     if mode == "seq-mean-token-mean":
-        return masked_mean(token_loss, mask, dim=-1).mean() if token_loss.shape[0] else token_loss.sum()
+        rows = denominator if denominator is not None else token_loss.shape[0]
+        return masked_mean(token_loss, mask, dim=-1).sum() / max(rows, 1.0)
     if mode == "token-mean":
-        return (token_loss * mask).sum() / mask.sum().clamp_min(1.0)
+        tokens = mask.sum() if denominator is None else torch.tensor(denominator)
+        return (token_loss * mask).sum() / tokens.clamp_min(1.0)
     raise ValueError(f"unknown loss_agg {mode!r}; use 'seq-mean-token-mean' or 'token-mean'")
 
 
-def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: int) -> LossOutput:
-    """Loss of one mini-batch for one target agent.
+def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: int,
+                denominators: Denominators | None = None) -> LossOutput:
+    """Loss of one mini-batch (or, with `denominators`, one micro-batch's share of it).
 
     Args:
         logp: [B, T] current log-probs of the rows' response tokens (with grad).
@@ -147,21 +172,28 @@ def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: i
         s, batch.advantages, batch.omega, alpha=cfg.alpha, lower=lower, clip=cfg.cross_clip)
 
     token_loss = torch.where(cross[:, None], cross_loss[:, None].expand_as(mask), own_token_loss)
-    pg_loss = aggregate(token_loss, mask, cfg.loss_agg)
+    d = denominators
+    share = None if d is None else (d.rows if cfg.loss_agg == "seq-mean-token-mean" else d.tokens)
+    pg_loss = aggregate(token_loss, mask, cfg.loss_agg, share)
     loss = pg_loss
 
     kl_value = torch.zeros((), dtype=logp.dtype)
     if cfg.kl_coef > 0 and batch.ref_logp is not None and bool(batch.own.any()):
         kl_mask = mask * batch.own[:, None].to(mask.dtype)
-        kl_value = aggregate(low_variance_kl(logp, batch.ref_logp), kl_mask, "token-mean")
+        kl_value = aggregate(low_variance_kl(logp, batch.ref_logp), kl_mask, "token-mean",
+                             None if d is None else d.own_tokens)
         loss = loss + cfg.kl_coef * kl_value
 
     with torch.no_grad():
+        if d is not None:  # report this micro-batch's own means, not its share of the sum
+            pg_loss = aggregate(token_loss, mask, cfg.loss_agg)
+            if cfg.kl_coef > 0 and batch.ref_logp is not None and bool(batch.own.any()):
+                kl_value = aggregate(low_variance_kl(logp, batch.ref_logp), kl_mask, "token-mean")
         s_own, s_cross = s[batch.own].detach(), s[cross].detach()
         metrics = {
-            "loss/total": float(loss.detach()),
-            "loss/policy": float(pg_loss.detach()),
-            "loss/kl": float(kl_value.detach()),
+            "loss/total": float(pg_loss + cfg.kl_coef * kl_value),
+            "loss/policy": float(pg_loss),
+            "loss/kl": float(kl_value),
             "loss/own": float(masked_mean(own_token_loss[own_like], mask[own_like], -1).mean())
             if bool(own_like.any()) else 0.0,
             "loss/borrowed": float(cross_loss[cross].mean()) if bool(cross.any()) else 0.0,

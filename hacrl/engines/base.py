@@ -12,14 +12,20 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from torch import Tensor
 
-from hacrl.algo import LossBatch, LossOutput
+from hacrl.algo import Denominators, LossBatch, LossOutput
 from hacrl.rollout import ChatTokenizer, TokenView
 
-LossFn = Callable[[Tensor, LossBatch], LossOutput]
+
+class LossFn(Protocol):
+    """loss_fn(logp, rows, denominators=None): with denominators (of the whole mini-batch) the
+    result is this micro-batch's exact share of the mini-batch loss (`hacrl.algo.policy_loss`)."""
+
+    def __call__(self, logp: Tensor, rows: LossBatch,
+                 denominators: Denominators | None = None) -> LossOutput: ...
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from hacrl.algo import LossBatch
+from hacrl.algo import Denominators, LossBatch
 from hacrl.engines.base import Engine, Generation, LossFn, SamplingParams, register_engine
 from hacrl.rollout import TokenView, eos_id
 from hacrl.telemetry import peak_memory_metrics
@@ -135,17 +135,18 @@ class LocalEngine(Engine):
         self.model.train()
         rows = len(views)
         step = self.micro_batch_rows or rows
+        # micro-batches (gradient accumulation) each add their exact share of the loss
+        shares = Denominators.of(batch) if step < rows else None
         totals: dict[str, float] = {}
         for start in range(0, rows, step):
             index = torch.arange(start, min(rows, start + step))
             micro = batch.select(index).to(self.device)
             logp = self._response_logprobs(self.model, [views[i] for i in index.tolist()],
                                            micro.response_mask.shape[1])
-            out = loss_fn(logp, micro)
-            weight = len(index) / rows  # exact for seq-mean aggregation
-            (out.loss * weight).backward()
-            for key, value in out.metrics.items():
-                totals[key] = totals.get(key, 0.0) + value * weight
+            out = loss_fn(logp, micro, denominators=shares)
+            out.loss.backward()
+            for key, value in out.metrics.items():  # metrics: row-weighted mean of micro means
+                totals[key] = totals.get(key, 0.0) + value * len(index) / rows
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
