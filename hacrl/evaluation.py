@@ -6,13 +6,12 @@ hardened verifier (evaluation issue) reports the published benchmarks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from hacrl.engines.base import Engine, SamplingParams
 from hacrl.rollout import render_prompt_ids
 from hacrl.task import Problem
-
-Grader = Callable[[list[str], list[str]], list[float]]
+from hacrl.tasks import Grader
 
 
 def greedy_accuracy(engine: Engine, problems: Sequence[Problem], template: str,

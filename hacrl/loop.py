@@ -11,7 +11,7 @@ A single-agent method is a team of one.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,9 +23,8 @@ from hacrl.algo import LossBatch, LossConfig, MethodSpec
 from hacrl.engines.base import Engine, SamplingParams
 from hacrl.rollout import TokenView, Trajectory, own_view, render_prompt_ids, retokenize
 from hacrl.task import Problem
+from hacrl.tasks import Grader
 from hacrl.telemetry import PhaseTimer
-
-Grader = Callable[[list[str], list[str]], list[float]]
 
 
 @dataclass

@@ -15,11 +15,7 @@ from omegaconf import DictConfig
 from hacrl import task as arith
 from hacrl.task import Problem
 
-Grader = Callable[[list[str], list[str]], list[float]]
-
-
-def _grade(responses: list[str], answers: list[str]) -> list[float]:
-    return arith.grade_many(responses, answers)
+Grader = Callable[[list[str], list[str]], list[float]]  # (responses, answers) -> rewards
 
 
 def _math_file(cfg: DictConfig, split: str) -> Path:
@@ -59,4 +55,4 @@ def load_problems(cfg: DictConfig, split: str) -> list[Problem]:
 
 def grader(cfg: DictConfig) -> Grader:
     """The task's verifier (boxed-answer exact match; the hardened one comes with evaluation)."""
-    return _grade
+    return arith.grade_many
