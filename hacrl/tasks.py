@@ -54,5 +54,12 @@ def load_problems(cfg: DictConfig, split: str) -> list[Problem]:
 
 
 def grader(cfg: DictConfig) -> Grader:
-    """The task's verifier (boxed-answer exact match; the hardened one comes with evaluation)."""
-    return arith.grade_many
+    """The hardened verifier (hacrl.verify) with the job's `verify` settings, shared per setting.
+
+    Every task grades through it: integer answers (the arith task) are settled in this process
+    by its exact fast path; other answers go to its time-bounded math-verify workers.
+    """
+    from hacrl.verify import default_verifier
+
+    return default_verifier(timeout_s=float(cfg.verify.timeout_s),
+                            workers=int(cfg.verify.workers)).rewards

@@ -1,0 +1,216 @@
+"""hacrl.verify across processes: the Verifier on real and adversarial batches, hard deadlines,
+worker replacement and the tripwire inside workers."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hacrl.verify import Grade, Verifier
+from hacrl.verify.pool import GradingPool
+
+TIMEOUT_S = 1.0  # per item in the adversarial batches
+SLACK_S = 3.0  # worker start-up and scheduling on a busy machine
+
+
+@pytest.fixture(scope="module")
+def verifier() -> Iterator[Verifier]:
+    with Verifier(timeout_s=5.0, workers=2) as v:
+        yield v
+
+
+def test_grade_fields_and_rewards(verifier: Verifier) -> None:
+    grades = verifier.grade_many(
+        ["so \\boxed{\\dfrac{3}{4}}", "\\boxed{0.5}", "no answer at all", "#### 1,000"],
+        ["0.75", "\\frac{1}{2}", "3", "1000"])
+    assert grades[0] == Grade(correct=True, exact_match=False, extracted="\\dfrac{3}{4}")
+    assert grades[1] == Grade(correct=True, exact_match=True, extracted="0.5")
+    assert grades[2] == Grade(correct=False, exact_match=False, extracted=None)
+    assert grades[3].correct and grades[3].score == 1.0
+    assert verifier.rewards(["\\boxed{2}", "\\boxed{3}"], ["2", "2"]) == [1.0, 0.0]
+    assert verifier.rewards([], []) == []
+    with pytest.raises(ValueError):
+        verifier.grade_many(["a"], [])
+
+
+def test_reference_may_be_boxed(verifier: Verifier) -> None:
+    assert verifier.rewards(["\\boxed{\\frac{1}{2}}"], ["$\\boxed{0.5}$"]) == [1.0]
+
+
+def _payloads(base: Path) -> list[str]:
+    """Python that would create a file if anything evaluated it."""
+    return [
+        f"__import__('os').system('touch {base}/PWNED_system')",
+        "open('pwned.txt','w').write('x')",
+        f"open('{base}/pwned_abs.txt','w').write('x')",
+        f"(lambda: exec(\"open('{base}/pwned_exec.txt','w').write('x')\"))()",
+        f"__import__('pathlib').Path('{base}/pwned_path').touch()",
+    ]
+
+
+def test_payloads_are_real(tmp_path: Path) -> None:
+    """Control: evaluated as Python, a payload does write its file (so the tests below mean it)."""
+    eval(_payloads(tmp_path)[2])  # noqa: S307 - our own payload, into a temp dir
+    assert (tmp_path / "pwned_abs.txt").exists()
+
+
+def _adversarial(base: Path) -> list[tuple[str, str]]:
+    megabyte = "blah " * 300_000
+    items = [
+        ("\\boxed{2^{10^{100}}}", "1"),
+        ("\\boxed{9^{9^{9^{9}}}}", "1"),
+        ("\\boxed{10^{10^{10}}!}", "1"),
+        ("\\boxed{(10^{10})!}", "1"),
+        ("\\boxed{\\sum_{i=1}^{10^{9}} i^{i}}", "1"),
+        ("\\boxed{" + "{" * 100_000 + "1" + "}" * 100_000 + "}", "1"),
+        ("\\boxed{" + "{" * 400 + "x" + "}" * 400 + "}", "x+1"),  # deep but under the length cap
+        (megabyte, "1"),
+        (megabyte + "\\boxed{7}", "7"),
+        (megabyte + "\\boxed{\\frac{1}{" + "{2" * 10, "1"),  # truncated, unbalanced
+        ("\\boxed{\\frac{1}{", "1"),
+        ("\\boxed{\\left(1,2}", "(1,2)"),
+        ("\\boxed{½}", "\\frac{1}{2}"),
+        ("\\boxed{５}", "5"),
+        ("\\boxed{\u05e9\u05dc\u05d5\u05dd \u202e123}", "123"),
+        ("\\boxed{😀+1}", "2"),
+        ("\\boxed{1\x002}", "12"),
+        ("\\boxed{\ud800}", "1"),
+        ("\\boxed{\\text{" + "a" * 5000 + "}}", "a"),
+    ]
+    items += [(f"\\boxed{{{p}}}", "0") for p in _payloads(base)]
+    items += [(f"The answer is {p}", "x") for p in _payloads(base)]
+    return items
+
+
+def _expected_score(response: str, answer: str) -> float:
+    return 1.0 if response.endswith("\\boxed{7}") and answer == "7" else 0.0
+
+
+def test_adversarial_batch_is_bounded_and_harmless(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)  # the workers start here, so relative writes would land here
+    items = _adversarial(tmp_path)
+    with Verifier(timeout_s=TIMEOUT_S, workers=2) as v:
+        start = time.perf_counter()
+        grades = v.grade_many([r for r, _ in items], [a for _, a in items])
+        elapsed = time.perf_counter() - start
+        assert [g.score for g in grades] == [_expected_score(r, a) for r, a in items]
+        # Worst case: every item sent to math-verify runs out its time, two at a time.
+        bound = math.ceil(v.stats["math_verify"] / 2) * TIMEOUT_S + SLACK_S
+        assert elapsed < bound, (elapsed, bound, v.pool.stats)
+        # ...and the pool still grades normally afterwards
+        assert v.rewards(["\\boxed{\\frac{2}{4}}"], ["0.5"]) == [1.0]
+        assert v.pool.stats["unsafe"] == 0  # the LaTeX path never even tried to evaluate them
+    assert sorted(os.listdir(work)) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd"]
+    assert not Path("/tmp/PWNED").exists()
+
+
+def test_each_adversarial_item_returns_in_time(tmp_path: Path) -> None:
+    with Verifier(timeout_s=TIMEOUT_S, workers=2) as v:
+        v.rewards(["\\boxed{x}"], ["y"])  # start the workers outside the timed region
+        items = _adversarial(tmp_path)
+        # a runaway, megabytes with and without a box, unbalanced LaTeX, unicode, a payload
+        for response, answer in [items[i] for i in (0, 7, 8, 10, 12, 17, 19)]:
+            start = time.perf_counter()
+            grade = v.grade_many([response], [answer])[0]
+            assert time.perf_counter() - start < TIMEOUT_S + SLACK_S, response[:40]
+            assert grade.score == _expected_score(response, answer)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_runaway_grade_is_cut_off_and_scores_zero() -> None:
+    with Verifier(timeout_s=TIMEOUT_S, workers=1) as v:
+        start = time.perf_counter()
+        grade = v.grade_many(["\\boxed{2^{10^{100}}}"], ["1"])[0]
+        assert time.perf_counter() - start < TIMEOUT_S + SLACK_S
+        assert grade.timed_out and not grade.correct and grade.score == 0.0
+        assert v.stats["timeouts"] == 1
+
+
+def test_hard_deadline_kills_and_replaces_the_worker() -> None:
+    with GradingPool(workers=1, timeout_s=0.5) as pool:
+        pool.run([("_sleep", (0,))])  # warm
+        start = time.perf_counter()
+        out = pool.run([("_sleep", (60,)), ("grade", ("\\frac13", "1/3"))])
+        assert time.perf_counter() - start < 0.5 + SLACK_S
+        assert out[0].timed_out and not out[0].value and out[0].latency_s >= 0.5
+        assert out[1].value and not out[1].timed_out
+        assert pool.stats["restarts"] == 1 and pool.stats["timeouts"] == 1
+        assert pool.run([("grade", ("2", "\\sqrt{4}"))])[0].value  # keeps working
+
+
+def test_runaways_do_not_stall_the_batch() -> None:
+    with GradingPool(workers=2, timeout_s=0.5) as pool:
+        pool.run([("_sleep", (0,))] * 2)
+        start = time.perf_counter()
+        out = pool.run([("_sleep", (60,))] * 4 + [("grade", ("x+1", "1+x"))] * 4)
+        elapsed = time.perf_counter() - start
+        assert [o.timed_out for o in out] == [True] * 4 + [False] * 4
+        assert all(o.value for o in out[4:])
+        assert elapsed < math.ceil(4 / 2) * 0.5 + 2 * SLACK_S
+
+
+def test_worker_death_scores_zero_and_is_replaced() -> None:
+    with GradingPool(workers=1, timeout_s=10.0) as pool:
+        pool.run([("_sleep", (0,))])
+        victim = pool._workers[0].proc.pid
+        killer = threading.Timer(0.3, os.kill, (victim, 9))
+        killer.start()
+        out = pool.run([("_sleep", (5,)), ("grade", ("1", "1.0"))])
+        killer.join()
+        assert out[0].error == "grading worker died" and not out[0].value
+        assert out[1].value
+        # a worker killed while idle is replaced before it is given anything
+        os.kill(pool._workers[0].proc.pid, 9)
+        pool._workers[0].proc.wait()
+        assert pool.run([("grade", ("\\frac{1}{2}", "0.5"))])[0].value
+        assert pool.stats["deaths"] == 1
+
+
+def test_tripwire_fires_inside_workers(verifier: Verifier) -> None:
+    pool = verifier.pool
+    before = pool.stats["unsafe"]
+    out = pool.run([
+        ("_probe_tripwire", ("__import__('os').getcwd()",)),
+        ("_probe_tripwire", ("x + 1",)),
+        ("_probe_tripwire", ("12",)),  # numerals are built without evaluation
+    ])
+    assert [o.value for o in out] == [False, False, True]
+    assert out[0].error is not None and out[0].error.startswith("unsafe evaluation")
+    assert pool.stats["unsafe"] == before + 2
+
+
+def test_workers_are_reused_and_restart_after_close() -> None:
+    v = Verifier(timeout_s=5.0, workers=2)
+    assert v.pool._workers == []  # lazy
+    assert v.rewards(["\\boxed{x+1}"], ["1+x"]) == [1.0]
+    pids = {w.proc.pid for w in v.pool._workers}
+    assert len(pids) == 2
+    assert v.rewards(["\\boxed{x+2}"], ["2+x"]) == [1.0]
+    assert {w.proc.pid for w in v.pool._workers} == pids
+    v.close()
+    assert v.pool._workers == []
+    assert v.rewards(["\\boxed{x+3}"], ["3+x"]) == [1.0]
+    v.close()
+
+
+def test_waiting_parent_does_not_spin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one worker is busy and the other idle, the parent sleeps in `wait`, not a busy loop
+    (regression: an idle worker's long-past start-up deadline once made the wait time 0)."""
+    from hacrl.verify import pool as pool_module
+
+    with GradingPool(workers=2, timeout_s=5.0) as pool:
+        pool.run([("_sleep", (0,))] * 2)
+        monkeypatch.setattr(pool_module, "START_TIMEOUT_S", 0.0)  # both are "old" now
+        cpu = time.process_time()
+        assert pool.run([("_sleep", (1.0,))])[0].value
+        assert time.process_time() - cpu < 0.3
