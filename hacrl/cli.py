@@ -1,4 +1,4 @@
-"""The `hacrl` command: train, zoo build, ui, bench."""
+"""The `hacrl` command: train, eval, data, zoo build, ui, bench."""
 
 from __future__ import annotations
 
@@ -23,8 +23,52 @@ def _train(overrides: list[str]) -> int:
     if not summary.get("skipped"):
         for team in summary["teams"]:
             for agent, accs in team["final"].items():
-                print(f"{agent}: eval avg acc {accs.get('eval/avg/acc', float('nan')):.3f}")
+                avg = {k: v for k, v in accs.items() if k.endswith("/avg/acc")}
+                print(f"{agent}: " + ", ".join(f"{k} {v:.3f}" for k, v in avg.items()))
         print(f"MLflow run {summary['job_run_id']}; run dir {summary['run_dir']}")
+    return 0
+
+
+def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
+    from hacrl.config import ConfigError, compose, model_path
+    from hacrl.evaluation import Protocol, runner
+    from hacrl.tracking import Tracker, resolve_uri
+
+    chosen = [flag for flag in ("model", "checkpoint", "run") if getattr(args, flag)]
+    if len(chosen) != 1:
+        print("hacrl: eval: give exactly one of --model NAME, --checkpoint DIR, --run RUN_ID",
+              file=sys.stderr)
+        return 2
+    try:
+        cfg = compose(overrides)
+        Protocol.from_config(cfg.eval.protocol)
+        output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
+        tracker = Tracker(resolve_uri(cfg.tracking.uri, output_root), cfg.tracking.experiment)
+        if args.model:
+            target = runner.target_from_model(tracker, cfg, args.model,
+                                              model_path(cfg, 0, args.model))
+        elif args.checkpoint:
+            target = runner.target_from_checkpoint(tracker, cfg, Path(args.checkpoint))
+        else:
+            target = runner.target_from_run(tracker, args.run)
+        standalone = tracker.client.get_run(target.run_id).data.tags.get("hacrl.kind") == "eval"
+        status = "FAILED"
+        try:
+            result = runner.evaluate_into_run(cfg, target.model_path, tracker, target.run_id,
+                                              target.step, force=args.force, limit=args.limit)
+            status = "FINISHED"
+        finally:
+            if standalone:
+                tracker.finish(target.run_id, status)
+    except ConfigError as err:
+        print(f"hacrl: eval: {err}", file=sys.stderr)
+        return 2
+    what = "already logged (--force re-evaluates)" if result.skipped else \
+        f"evaluated in {result.seconds:.1f} s"
+    print(f"{target.label} (step {target.step}), protocol {result.protocol.name} "
+          f"[{result.protocol.key}]: {what}")
+    print(runner.describe(result))
+    print(f"MLflow run {target.run_id} in {tracker.uri}")
     return 0
 
 
@@ -77,6 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train one job: hacrl train [hydra overrides]")
     train.add_argument("overrides", nargs="*", help="e.g. pair=size method=hacpo seed=1")
+    ev = sub.add_parser("eval", help="evaluate a catalog model, a checkpoint or an agent run on the "
+                        "configured benchmarks through lm-eval; scores go to MLflow")
+    ev.add_argument("--model", help="catalog model before training, e.g. qwen3-4b-base")
+    ev.add_argument("--checkpoint", help="a model directory, e.g. a job's .../ckpt/step_N/<agent>")
+    ev.add_argument("--run", help="MLflow run id of a training job's agent run")
+    ev.add_argument("--force", action="store_true", help="re-evaluate even if already logged")
+    ev.add_argument("--limit", type=int, default=None,
+                    help="first N problems per benchmark (quick checks only)")
+    ev.add_argument("overrides", nargs="*", help="hydra overrides, e.g. protocol=ablation scale=paper")
+    from hacrl.data.cli import add_parser as add_data_parser
+
+    add_data_parser(sub)
     zoo = sub.add_parser("zoo", help="the tiny model zoo")
     zoo_sub = zoo.add_subparsers(dest="zoo_command", required=True)
     build = zoo_sub.add_parser("build", help="build (or complete) the tiny zoo")
@@ -99,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if args.command == "train":
         return _train([*args.overrides, *unknown])
+    if args.command == "eval":
+        return _eval(args, [*args.overrides, *unknown])
+    if args.command == "data":
+        from hacrl.data.cli import run as run_data
+
+        return run_data(args, unknown)
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "zoo":

@@ -100,7 +100,8 @@ def config_hash(cfg: DictConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _model_path(cfg: DictConfig, index: int, name: str) -> str:
+def model_path(cfg: DictConfig, index: int, name: str) -> str:
+    """Local directory or hub id of catalog model `name` at the config's scale."""
     catalog = cfg.models
     if name not in catalog:
         raise ConfigError(f"agents[{index}]={name}: not in models/catalog.yaml; known models: "
@@ -181,18 +182,33 @@ def validate(cfg: DictConfig) -> JobSpec:
     if float(_get(cfg, "train.lr")) <= 0:
         raise ConfigError(f"train.lr={cfg.train.lr}: must be > 0")
 
-    specs = tuple(AgentSpec(a, _model_path(cfg, i, a)) for i, a in enumerate(agents))
+    specs = tuple(AgentSpec(a, model_path(cfg, i, a)) for i, a in enumerate(agents))
     clip_low = cfg.algo.clip_low if cfg.algo.clip_low is not None else method.clip_low
     clip_high = cfg.algo.clip_high if cfg.algo.clip_high is not None else method.clip_high
     loss = LossConfig(ratio=method.ratio, loss_agg=method.loss_agg, clip_low=float(clip_low),
                       clip_high=float(clip_high), alpha=alpha, delta=1.0 - lower,
                       delta_step=float(cfg.algo.delta_step), stepwise=method.stepwise,
                       cross_clip=method.cross_clip, kl_coef=float(cfg.algo.kl_coef))
+    _eval_check(cfg)
     _task_check(cfg)
     resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     assert isinstance(resolved, DictConfig)
     output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
     return JobSpec(resolved, method, specs, loss, output_root, config_hash(cfg))
+
+
+def _eval_check(cfg: DictConfig) -> None:
+    from hacrl.evaluation import Protocol
+    from hacrl.evaluation.lmeval import TASK_DIR, task_name
+
+    if not _get(cfg, "eval.at_end"):
+        return
+    Protocol.from_config(_get(cfg, "eval.protocol"))
+    if _get(cfg, "eval.backend") not in ("hf", "vllm"):
+        raise ConfigError(f"eval.backend={cfg.eval.backend}: use hf (CPU, one GPU) or vllm (GPUs)")
+    for bench in _get(cfg, "eval.benchmarks"):
+        if not (TASK_DIR / f"{task_name(bench)}.yaml").is_file():
+            raise ConfigError(f"eval.benchmarks: {bench} has no lm-eval task in {TASK_DIR}")
 
 
 def _task_check(cfg: DictConfig) -> None:

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from hacrl.config import AgentSpec, JobSpec
 from hacrl.engines.base import SamplingParams, make_engine
 from hacrl.evaluation import greedy_accuracy
+from hacrl.evaluation.runner import evaluate_into_run
 from hacrl.loop import Agent, LoopSettings, PromptSchedule, TeamLoop, seed_everything
 from hacrl.tasks import grader, load_problems
 from hacrl.telemetry import peak_memory_metrics
@@ -233,18 +234,32 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
 
     final: dict[str, dict[str, float]] = {}
     if c.eval.at_end:
-        for agent in agents:
-            accs = {f"eval/{b}/acc": greedy_accuracy(agent.engine, load_problems(c, b),
-                                                     c.task.prompt_template,
-                                                     int(c.eval.max_new_tokens), grade)
-                    for b in c.eval.benchmarks}
-            accs["eval/avg/acc"] = sum(accs.values()) / len(accs)
-            tracker.log_metrics(agent_runs[agent.name], accs, steps)
-            final[agent.name] = accs
-    result_json = {"agents": [a.name for a in agents], "steps": steps, "final": final}
+        # free the training engines first: evaluation loads each final checkpoint itself
+        # (on GPUs, vLLM needs the memory)
+        names = [a.name for a in agents]
+        fallback = {a.name: a.path for a in team}
+        del loop, agents
+        _release_memory()
+        for name in names:
+            ckpt = paths.ckpt / f"step_{steps:06d}" / name / "model"
+            model = str(ckpt) if (ckpt / "config.json").is_file() else fallback[name]
+            final[name] = evaluate_into_run(c, model, tracker, agent_runs[name], steps,
+                                            force=True).metrics
+        agents_done = names
+    else:
+        agents_done = [a.name for a in agents]
+    result_json = {"agents": agents_done, "steps": steps, "final": final}
     paths.root.mkdir(parents=True, exist_ok=True)  # steps=0 (evaluation only) saved nothing yet
     paths.done.write_text(json.dumps(result_json, indent=1))
     return result_json
+
+
+def _release_memory() -> None:
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _save_checkpoint(paths: TeamPaths, step: int, agents: list[Agent], loop: TeamLoop) -> None:

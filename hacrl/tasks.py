@@ -1,14 +1,13 @@
 """Task registry: where a job's training prompts and held-out benchmarks come from.
 
-`arith` is the embedded synthetic task (hacrl/task); `math` reads local jsonl copies of MATH
-and the paper's benchmarks (one object per line with `problem` and `answer`).
+`arith` is the embedded synthetic task (hacrl/task); `math` reads the local copies of MATH and
+the paper's benchmarks that `hacrl data prepare` writes (hacrl.data; each row's `prompt` is the
+problem with the paper's instruction).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -16,10 +15,6 @@ from hacrl import task as arith
 from hacrl.task import Problem
 
 Grader = Callable[[list[str], list[str]], list[float]]  # (responses, answers) -> rewards
-
-
-def _math_file(cfg: DictConfig, split: str) -> Path:
-    return Path(str(cfg.task.data_dir)).expanduser() / f"{split}.jsonl"
 
 
 def check_task(cfg: DictConfig) -> None:
@@ -35,11 +30,10 @@ def check_task(cfg: DictConfig) -> None:
                 raise ConfigError(f"split {split}: not a split of task=arith; known: "
                                   f"{', '.join(arith.SPLITS)}")
     elif name == "math":
+        from hacrl.data import local_file
+
         for split in splits:
-            path = _math_file(cfg, split)
-            if not path.is_file():
-                raise ConfigError(f"task=math needs {path}, which is missing; prepare the data "
-                                  "(jsonl with `problem` and `answer`) or set task.data_dir")
+            local_file(cfg.data, split)  # DataMissing names the file and `hacrl data prepare`
     else:
         raise ConfigError(f"task.name={name}: unknown task; use arith or math")
 
@@ -47,9 +41,12 @@ def check_task(cfg: DictConfig) -> None:
 def load_problems(cfg: DictConfig, split: str) -> list[Problem]:
     if cfg.task.name == "arith":
         return arith.load_split(split)
-    rows = [json.loads(line) for line in _math_file(cfg, split).read_text().splitlines() if line.strip()]
-    return [Problem(uid=str(r.get("uid", f"{split}-{i}")), question=r["problem"], answer=str(r["answer"]),
-                    level=int(r.get("level", 0) or 0), solution=r.get("solution", ""))
+    from hacrl.data import load_rows
+
+    rows = load_rows(cfg.data, split)
+    return [Problem(uid=str(r.get("uid", f"{split}-{i}")), question=r.get("prompt", r["problem"]),
+                    answer=str(r["answer"]), level=int(r.get("level", 0) or 0),
+                    solution=r.get("solution", ""))
             for i, r in enumerate(rows)]
 
 

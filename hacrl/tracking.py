@@ -91,8 +91,11 @@ class Tracker:
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
-    def log_artifact(self, run_id: str, path: Path) -> None:
-        self.client.log_artifact(run_id, str(path))
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def log_artifacts(self, run_id: str, folder: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(run_id, str(folder), artifact_path)
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status=status)

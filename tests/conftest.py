@@ -97,12 +97,19 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """HACRL_DATA for tests: local data copies (tiny sources are written on demand) in tmp."""
+    return tmp_path_factory.mktemp("data")
+
+
 @pytest.fixture
-def job_env(micro_zoo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def job_env(micro_zoo: Path, data_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Jobs composed in this process see the micro zoo; torch's thread count is restored."""
     import torch
 
     monkeypatch.setenv("HACRL_ZOO_DIR", str(micro_zoo))
+    monkeypatch.setenv("HACRL_DATA", str(data_root))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     threads = torch.get_num_threads()  # run_job sets engine.threads (1 at scale=tiny)
     yield micro_zoo
@@ -117,11 +124,11 @@ def hacrl_cmd() -> list[str]:
 
 
 @pytest.fixture
-def cli_env(micro_zoo: Path) -> Callable[..., dict[str, str]]:
+def cli_env(micro_zoo: Path, data_root: Path) -> Callable[..., dict[str, str]]:
     def make(output_root: Path, zoo: Path | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
         env.update(HACRL_ZOO_DIR=str(zoo or micro_zoo), HACRL_OUTPUTS=str(output_root),
-                   PYTHONUNBUFFERED="1")
+                   HACRL_DATA=str(data_root), PYTHONUNBUFFERED="1")
         return env
 
     return make

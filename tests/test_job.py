@@ -107,12 +107,22 @@ def test_run_job_end_to_end(job_env, tmp_path, tiny_job, monkeypatch):
         val = _history(client, run.info.run_id, VAL)
         assert [s for s, _ in val] == [0, 1, 2]
         assert all(0.0 <= v <= 1.0 for _, v in val)
-        final = {k: _history(client, run.info.run_id, f"eval/{k}/acc")
+        final = {k: _history(client, run.info.run_id, f"eval/main/{k}/acc")
                  for k in ("tiny_gsm8k", "tiny_aime2025", "avg")}
         assert all([s for s, _ in h] == [2] for h in final.values())
         assert final["avg"][0][1] == pytest.approx((final["tiny_gsm8k"][0][1]
                                                     + final["tiny_aime2025"][0][1]) / 2)
-        assert summary["teams"][0]["final"][name]["eval/avg/acc"] == pytest.approx(final["avg"][0][1])
+        assert summary["teams"][0]["final"][name]["eval/main/avg/acc"] == pytest.approx(
+            final["avg"][0][1])
+        # the evaluation ran through lm-eval with the recorded protocol, every response logged
+        assert [s for s, _ in _history(client, run.info.run_id, "eval/main/tiny_aime2025/pass_at_16")
+                ] == [2]
+        assert run.data.tags["hacrl.eval.main.key"] and run.data.tags["hacrl.eval.main.backend"] == "hf"
+        assert json.loads(run.data.tags["hacrl.eval.main.protocol"])["sampled"]["aime2025"][
+            "samples"] == 16
+        samples = {a.path for a in client.list_artifacts(run.info.run_id, "eval/main/samples")}
+        assert samples == {"eval/main/samples/tiny_gsm8k.jsonl",
+                           "eval/main/samples/tiny_aime2025.jsonl"}
         for key in run.data.metrics:
             assert "@" not in key and "%" not in key
 
@@ -255,7 +265,7 @@ def test_sigkill_then_resume(job_env, new_output_root, tiny_job, hacrl_cmd, cli_
             # copied history + resumed steps = the uninterrupted run, value for value
             assert history == _history(straight, summary["agent_run_ids"][name], key), key
         assert [s for s, _ in _history(client, run_id, VAL)] == list(range(steps + 1))
-        assert [s for s, _ in _history(client, run_id, "eval/avg/acc")] == [steps]
+        assert [s for s, _ in _history(client, run_id, "eval/main/avg/acc")] == [steps]
 
 
 def test_resumed_multi_team_job_keeps_the_finished_teams_history(job_env, new_output_root,
@@ -289,5 +299,5 @@ def test_resumed_multi_team_job_keeps_the_finished_teams_history(job_env, new_ou
     assert kids["llama3.2-1b-instruct"].data.tags["hacrl.resumed_at_step"] == "2"
     for name, run in kids.items():
         assert [s for s, _ in _history(client, run.info.run_id, "reward/mean")] == [1, 2, 3, 4], name
-        assert [s for s, _ in _history(client, run.info.run_id, "eval/avg/acc")] == [4], name
+        assert [s for s, _ in _history(client, run.info.run_id, "eval/main/avg/acc")] == [4], name
         assert [s for s, _ in _history(client, run.info.run_id, VAL)] == [0, 1, 2, 3, 4], name

@@ -1,0 +1,12 @@
+"""Evaluation: fast greedy validation inside training, and lm-eval runs of the paper's benchmarks.
+
+greedy.py     in-loop validation (greedy accuracy on one benchmark every k steps)
+protocol.py   the evaluation protocol (tokens, greedy or k samples at temperature T), hashed
+lmeval.py     the hacrl_* lm-eval tasks: materialised per protocol and run through lm-eval
+runner.py     `hacrl eval` targets and logging into MLflow runs
+"""
+
+from hacrl.evaluation.greedy import greedy_accuracy
+from hacrl.evaluation.protocol import Protocol, Sampling, paper_benchmark
+
+__all__ = ["Protocol", "Sampling", "greedy_accuracy", "paper_benchmark"]

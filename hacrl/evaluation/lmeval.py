@@ -1,0 +1,203 @@
+"""Run the hacrl_* lm-eval tasks on one model: materialise the tasks, evaluate, collect.
+
+The shipped task YAMLs (lm_eval_tasks/) name their data files relative to the working
+directory; `materialize` writes resolved copies into a work folder (absolute data paths,
+the protocol's generation settings and repeats, a group over exactly the requested benchmarks),
+which are also logged with the results, so every number comes with the tasks that made it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hacrl.evaluation.protocol import Protocol
+
+TASK_DIR = Path(__file__).parent / "lm_eval_tasks"
+SUITE = "hacrl_suite"
+
+
+def task_name(benchmark: str) -> str:
+    return f"hacrl_{benchmark}"
+
+
+class _Function(str):
+    """A `!function module.name` scalar, kept as a tag through load and dump."""
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Loader.add_constructor("!function", lambda loader, node: _Function(loader.construct_scalar(node)))
+_Dumper.add_representer(_Function, lambda dumper, v: dumper.represent_scalar("!function", str(v)))
+
+
+def load_task_yaml(path: Path) -> dict[str, Any]:
+    """A task YAML with its `include` merged in (the include first, the file on top)."""
+    node = yaml.load(path.read_text(), Loader=_Loader) or {}
+    base = node.pop("include", None)
+    return {**load_task_yaml(path.parent / base), **node} if base else node
+
+
+def materialize(benchmarks: list[str], data_files: dict[str, Path], protocol: Protocol,
+                dest: Path) -> list[str]:
+    """Write resolved task YAMLs + utils.py + the `hacrl_suite` group into `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(TASK_DIR / "utils.py", dest / "utils.py")
+    names = []
+    for benchmark in benchmarks:
+        shipped = TASK_DIR / f"{task_name(benchmark)}.yaml"
+        if not shipped.is_file():
+            from hacrl.config import ConfigError
+
+            known = sorted(p.stem.removeprefix("hacrl_") for p in TASK_DIR.glob("hacrl_*.yaml")
+                           if p.stem not in ("hacrl_paper", "hacrl_tiny"))
+            raise ConfigError(f"eval.benchmarks: no lm-eval task for {benchmark!r}; known: "
+                              f"{', '.join(known)}")
+        task = load_task_yaml(shipped)
+        sampling = protocol.sampling_for(benchmark)
+        task["dataset_kwargs"] = {"data_files": {"test": str(Path(data_files[benchmark]).resolve())}}
+        task["generation_kwargs"] = sampling.generation_kwargs(protocol.max_new_tokens)
+        task["repeats"] = sampling.samples
+        task["metadata"] = {**task.get("metadata", {}), "hacrl_protocol": protocol.to_dict()}
+        (dest / f"{task['task']}.yaml").write_text(yaml.dump(task, Dumper=_Dumper, sort_keys=False))
+        names.append(str(task["task"]))
+    group = {"group": SUITE, "task": names,
+             "aggregate_metric_list": [{"metric": m, "aggregation": "mean", "weight_by_size": False}
+                                       for m in ("acc", "exact_match")],
+             "metadata": {"version": 1.0}}
+    (dest / f"{SUITE}.yaml").write_text(yaml.dump(group, sort_keys=False))
+    return names
+
+
+@dataclass
+class Backend:
+    """Where generation runs: `hf` (transformers; CPU or one GPU) or `vllm` (GPUs)."""
+
+    name: str = "hf"
+    batch_size: int = 64
+    dtype: str = "float32"
+    device: str = "cpu"
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.85
+    max_prompt_tokens: int = 1024
+
+    @classmethod
+    def from_config(cls, eval_cfg: Any, device: str) -> Backend:
+        v = eval_cfg.vllm
+        return cls(str(eval_cfg.backend), int(eval_cfg.batch_size), str(eval_cfg.dtype), device,
+                   int(v.tensor_parallel_size), int(v.data_parallel_size),
+                   float(v.gpu_memory_utilization), int(v.max_prompt_tokens))
+
+    def model_args(self, model_path: str, protocol: Protocol, seed: int) -> dict[str, Any]:
+        """lm-eval model_args for this backend (the chat template's thinking switch included)."""
+        common: dict[str, Any] = {"pretrained": model_path, "dtype": self.dtype,
+                                  "enable_thinking": protocol.enable_thinking}
+        if self.name == "hf":
+            return {**common, "device": self.device, "batch_size": self.batch_size}
+        if self.name == "vllm":
+            return {**common, "tensor_parallel_size": self.tensor_parallel_size,
+                    "data_parallel_size": self.data_parallel_size,
+                    "gpu_memory_utilization": self.gpu_memory_utilization,
+                    # prompts longer than this would be truncated silently by vllm
+                    "max_model_len": self.max_prompt_tokens + protocol.max_new_tokens,
+                    "seed": seed}
+        from hacrl.config import ConfigError
+
+        raise ConfigError(f"eval.backend={self.name}: unknown backend; use hf or vllm")
+
+
+@dataclass
+class EvalOutcome:
+    """Per-benchmark metrics (names as logged), the macro average and per-sample records."""
+
+    metrics: dict[str, dict[str, float]]
+    average: dict[str, float]
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    seconds: float = 0.0
+    lm_eval_version: str = ""
+
+
+def _sample_record(sample: dict[str, Any]) -> dict[str, Any]:
+    doc = sample.get("doc", {})
+    prompt = sample.get("arguments", [[None]])[0][0]
+    grades = sample.get("filtered_resps") or [[]]  # one entry per request: [[grade, ...]]
+    return {"uid": doc.get("uid"), "answer": doc.get("answer"), "prompt": prompt,
+            "responses": sample.get("resps", [[]])[0], "grades": grades[0],
+            "acc": sample.get("acc"), "exact_match": sample.get("exact_match")}
+
+
+def run_lm_eval(model_path: str, benchmarks: list[str], data_files: dict[str, Path],
+                protocol: Protocol, backend: Backend, workdir: Path, seed: int = 0,
+                limit: int | None = None, lm: Any = None) -> EvalOutcome:
+    """Evaluate one model on the benchmarks through lm-eval's `simple_evaluate`.
+
+    `lm` replaces the backend by a ready lm-eval `LM` instance (tests script the responses).
+    """
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the data are local json files
+    started = time.perf_counter()
+    import lm_eval
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    for noisy in ("lm_eval", "lm-eval", "datasets", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    names = materialize(benchmarks, data_files, protocol, workdir / "tasks")
+    manager = TaskManager(include_path=str(workdir / "tasks"), include_defaults=False,
+                          verbosity="ERROR")
+    res = simple_evaluate(model=lm if lm is not None else backend.name,
+                          model_args=None if lm is not None else
+                          backend.model_args(model_path, protocol, seed),
+                          tasks=[SUITE], task_manager=manager, apply_chat_template=True,
+                          log_samples=True, bootstrap_iters=0, limit=limit, random_seed=seed,
+                          numpy_random_seed=seed, torch_random_seed=seed,
+                          fewshot_random_seed=seed, verbosity="ERROR")
+    if res is None:  # lm-eval returns None on non-zero ranks of a distributed run
+        raise RuntimeError("lm-eval returned no results (not the main process?)")
+    metrics: dict[str, dict[str, float]] = {}
+    samples: dict[str, list[dict[str, Any]]] = {}
+    for benchmark, name in zip(benchmarks, names, strict=True):
+        row = res["results"][name]
+        k = protocol.sampling_for(benchmark).samples
+        got = {"acc": float(row["acc,graded"]), "exact_match": float(row["exact_match,graded"])}
+        if k > 1:
+            got[f"avg_at_{k}"] = got["acc"]
+            got[f"pass_at_{k}"] = float(row["pass_at_k,graded"])
+        metrics[benchmark] = got
+        samples[benchmark] = [_sample_record(s) for s in res.get("samples", {}).get(name, [])]
+    # AVG is the mean of the benchmarks (the paper's definition), recomputed here and
+    # checked against lm-eval's own group aggregate.
+    average = {m: sum(v[m] for v in metrics.values()) / len(metrics) for m in ("acc", "exact_match")}
+    group = res["results"].get(SUITE, {})
+    if "acc,graded" in group and abs(float(group["acc,graded"]) - average["acc"]) > 1e-9:
+        raise RuntimeError(f"lm-eval's group average {group['acc,graded']} differs from the mean "
+                           f"of the benchmarks {average['acc']}")
+    return EvalOutcome(metrics, average, samples, time.perf_counter() - started,
+                       getattr(lm_eval, "__version__", ""))
+
+
+def write_samples(outcome: EvalOutcome, folder: Path) -> list[Path]:
+    """One jsonl of per-sample records per benchmark (the artifact logged with the scores)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for benchmark, records in outcome.samples.items():
+        path = folder / f"{benchmark}.jsonl"
+        with path.open("w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+        paths.append(path)
+    return paths

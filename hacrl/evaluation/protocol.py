@@ -1,0 +1,100 @@
+"""An evaluation protocol: how responses are generated, as explicit and recorded config.
+
+The paper evaluates greedily (avg@1) with 8196 new tokens for the main tables and 4096 for
+the other ablations; AIME2025 is sampled k times at temperature T (avg@k and pass@k). A
+protocol's `key` hashes everything that changes the numbers, so an evaluation is identified
+by (checkpoint, protocol key) and never repeated for the same pair.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def paper_benchmark(benchmark: str) -> str:
+    """The paper benchmark a name stands for: `tiny_aime2025` -> `aime2025`."""
+    return benchmark.removeprefix("tiny_")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """k responses per problem; temperature 0 means greedy (k must then be 1)."""
+
+    samples: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def generation_kwargs(self, max_new_tokens: int) -> dict[str, Any]:
+        """lm-eval `generation_kwargs` (stop at EOS only, which lm-eval adds itself)."""
+        kwargs: dict[str, Any] = {"until": [], "max_gen_toks": max_new_tokens}
+        if self.greedy:
+            return {**kwargs, "do_sample": False}
+        return {**kwargs, "do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    max_new_tokens: int
+    default: Sampling
+    sampled: dict[str, Sampling] = field(default_factory=dict)  # paper benchmark -> sampling
+    enable_thinking: bool = False
+
+    @classmethod
+    def from_config(cls, node: Any) -> Protocol:
+        """Build from `eval.protocol` (a DictConfig or a plain mapping); errors name the key."""
+        from hacrl.config import ConfigError
+
+        def sampling(where: str, n: Any) -> Sampling:
+            s = Sampling(int(n.get("samples", 1)), float(n.get("temperature", 0.0)),
+                         float(n.get("top_p", 1.0)))
+            if s.samples < 1:
+                raise ConfigError(f"{where}.samples={s.samples}: must be >= 1")
+            if s.greedy and s.samples != 1:
+                raise ConfigError(f"{where}: samples={s.samples} with temperature 0 repeats the "
+                                  "same greedy answer; set a temperature > 0 or samples=1")
+            if not 0.0 < s.top_p <= 1.0:
+                raise ConfigError(f"{where}.top_p={s.top_p}: must be in (0, 1]")
+            return s
+
+        name = str(node.get("name", ""))
+        if not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise ConfigError(f"eval.protocol.name={name!r}: give a short name of letters, "
+                              "digits, - or _ (it becomes part of metric names)")
+        tokens = int(node.get("max_new_tokens", 0))
+        if tokens < 1:
+            raise ConfigError(f"eval.protocol.max_new_tokens={tokens}: must be >= 1")
+        sampled = {str(b): sampling(f"eval.protocol.sampled.{b}", n)
+                   for b, n in (node.get("sampled") or {}).items()}
+        return cls(name, tokens, sampling("eval.protocol", node), sampled,
+                   bool(node.get("enable_thinking", False)))
+
+    def sampling_for(self, benchmark: str) -> Sampling:
+        return self.sampled.get(paper_benchmark(benchmark), self.default)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "max_new_tokens": self.max_new_tokens,
+                "default": asdict(self.default),
+                "sampled": {b: asdict(s) for b, s in sorted(self.sampled.items())},
+                "enable_thinking": self.enable_thinking}
+
+    @property
+    def key(self) -> str:
+        """12 hex digits over everything but the name (same settings, same numbers)."""
+        body = {k: v for k, v in self.to_dict().items() if k != "name"}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
+
+    def metric_names(self, benchmark: str) -> list[str]:
+        """Per-benchmark metric names as logged (`@` is not allowed in MLflow names)."""
+        s = self.sampling_for(benchmark)
+        names = ["acc", "exact_match"]
+        if s.samples > 1:
+            names += [f"avg_at_{s.samples}", f"pass_at_{s.samples}"]
+        return names

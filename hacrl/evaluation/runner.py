@@ -1,0 +1,219 @@
+"""Evaluate a model and log the result into its MLflow run: `hacrl eval` and end of training.
+
+An evaluation is identified by (model checkpoint, protocol key). The agent run of a training
+job holds its checkpoint's evaluations; a zoo or hub model's base evaluation gets a run of its
+own (method `base`), found again by model path and scale. The run's tags record, per protocol
+name P: `hacrl.eval.P.key` (the protocol hash), `hacrl.eval.P.benchmarks`, the backend and the
+protocol itself; metrics are `eval/P/<benchmark>/<metric>` and `eval/P/avg/<metric>`; artifacts
+under `eval/P/` hold the protocol, the resolved lm-eval tasks and every response with its grade.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from hacrl.evaluation.lmeval import Backend, EvalOutcome, run_lm_eval, write_samples
+from hacrl.evaluation.protocol import Protocol
+from hacrl.tracking import Tracker
+
+
+@dataclass
+class EvalResult:
+    run_id: str
+    protocol: Protocol
+    metrics: dict[str, float]  # flat, as logged
+    skipped: bool = False
+    seconds: float = 0.0
+
+
+def metric_prefix(protocol: Protocol) -> str:
+    return f"eval/{protocol.name}"
+
+
+def data_files(cfg: DictConfig, benchmarks: list[str]) -> dict[str, Path]:
+    """Local file per benchmark (synthetic ones are written on demand; hub ones must exist)."""
+    from hacrl.data import local_file
+
+    return {b: local_file(cfg.data, b) for b in benchmarks}
+
+
+def already_logged(tracker: Tracker, run_id: str, protocol: Protocol, benchmarks: list[str]) -> bool:
+    """The run holds this protocol's evaluation (same key) of at least these benchmarks."""
+    run = tracker.client.get_run(run_id)
+    tags, metrics = run.data.tags, run.data.metrics
+    prefix = f"hacrl.eval.{protocol.name}"
+    if tags.get(f"{prefix}.key") != protocol.key:
+        return False
+    done = set(json.loads(tags.get(f"{prefix}.benchmarks", "[]")))
+    return set(benchmarks) <= done and f"{metric_prefix(protocol)}/avg/acc" in metrics
+
+
+def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: str, step: int,
+                      force: bool = False, limit: int | None = None) -> EvalResult:
+    """Run lm-eval on `model_path` with the configured protocol and log into `run_id`."""
+    protocol = Protocol.from_config(cfg.eval.protocol)
+    benchmarks = [str(b) for b in cfg.eval.benchmarks]
+    if not force and already_logged(tracker, run_id, protocol, benchmarks):
+        run = tracker.client.get_run(run_id)
+        prefix = metric_prefix(protocol) + "/"
+        return EvalResult(run_id, protocol, {k: v for k, v in run.data.metrics.items()
+                                             if k.startswith(prefix)}, skipped=True)
+    files = data_files(cfg, benchmarks)
+    backend = Backend.from_config(cfg.eval, device=str(cfg.engine.get("device", "cpu")))
+    # the task's utils read these (they also serve users of the lm_eval CLI)
+    os.environ["HACRL_VERIFY_TIMEOUT_S"] = str(cfg.verify.timeout_s)
+    os.environ["HACRL_VERIFY_WORKERS"] = str(cfg.verify.workers)
+    with tempfile.TemporaryDirectory(prefix="hacrl-eval-") as tmp:
+        work = Path(tmp)
+        outcome = run_lm_eval(model_path, benchmarks, files, protocol, backend, work,
+                              seed=int(cfg.seed), limit=limit)
+        flat = flat_metrics(protocol, outcome)
+        tracker.log_metrics(run_id, {**flat, f"time/eval_{protocol.name}_s": outcome.seconds},
+                            step)
+        prefix = f"hacrl.eval.{protocol.name}"
+        tracker.set_tags(run_id, {
+            f"{prefix}.key": protocol.key, f"{prefix}.benchmarks": json.dumps(benchmarks),
+            f"{prefix}.protocol": json.dumps(protocol.to_dict(), sort_keys=True),
+            f"{prefix}.backend": backend.name, f"{prefix}.model_path": model_path,
+            f"{prefix}.lm_eval": outcome.lm_eval_version, f"{prefix}.step": str(step)})
+        (work / "protocol.json").write_text(json.dumps(
+            {"protocol": protocol.to_dict(), "key": protocol.key, "backend": backend.name,
+             "model_args": backend.model_args(model_path, protocol, int(cfg.seed)),
+             "benchmarks": benchmarks, "data_files": {b: str(p) for b, p in files.items()},
+             "lm_eval_version": outcome.lm_eval_version, "step": step}, indent=1, default=str))
+        (work / "scores.json").write_text(json.dumps(
+            {"metrics": outcome.metrics, "average": outcome.average}, indent=1))
+        write_samples(outcome, work / "samples")
+        artifact_path = f"eval/{protocol.name}"
+        for item in ("protocol.json", "scores.json"):
+            tracker.log_artifact(run_id, work / item, artifact_path)
+        tracker.log_artifacts(run_id, work / "tasks", f"{artifact_path}/tasks")
+        tracker.log_artifacts(run_id, work / "samples", f"{artifact_path}/samples")
+    return EvalResult(run_id, protocol, flat, seconds=outcome.seconds)
+
+
+def flat_metrics(protocol: Protocol, outcome: EvalOutcome) -> dict[str, float]:
+    prefix = metric_prefix(protocol)
+    flat = {f"{prefix}/{b}/{m}": v for b, got in outcome.metrics.items() for m, v in got.items()}
+    flat.update({f"{prefix}/avg/{m}": v for m, v in outcome.average.items()})
+    return flat
+
+
+# --- targets of `hacrl eval` -------------------------------------------------------------------
+
+@dataclass
+class Target:
+    """What to evaluate: a model directory, the run that gets the scores, the step it stands at."""
+
+    model_path: str
+    run_id: str
+    step: int
+    label: str
+
+
+def latest_checkpoint(run_dir: Path, model: str) -> tuple[int, Path] | None:
+    """The newest complete checkpoint of `model` under a job's run directory."""
+    found = []
+    for step_dir in run_dir.glob("team-*/ckpt/step_*"):
+        weights = step_dir / model / "model"  # next to the agent's optimizer state
+        if (step_dir / "COMPLETE").exists() and (weights / "config.json").is_file():
+            found.append((int(step_dir.name.removeprefix("step_")), weights))
+    return max(found) if found else None
+
+
+def target_from_run(tracker: Tracker, run_id: str) -> Target:
+    """An agent run of a training job: its latest checkpoint (or its base model at step 0)."""
+    from hacrl.config import ConfigError
+
+    try:
+        run = tracker.client.get_run(run_id)
+    except Exception:
+        raise ConfigError(f"--run {run_id}: no such run in {tracker.uri}") from None
+    tags = run.data.tags
+    model, run_dir = tags.get("model"), tags.get("hacrl.run_dir")
+    if tags.get("hacrl.kind") not in ("agent", "eval") or not model:
+        raise ConfigError(f"--run {run_id}: not an agent run (tags.hacrl.kind="
+                          f"{tags.get('hacrl.kind')}); pass one of the job's agent runs")
+    if tags.get("hacrl.model_path"):  # a base/checkpoint evaluation run
+        return Target(tags["hacrl.model_path"], run_id, int(tags.get("hacrl.step", "0")), model)
+    found = latest_checkpoint(Path(run_dir or ""), model)
+    if found is None:
+        raise ConfigError(f"--run {run_id}: no complete checkpoint of {model} under {run_dir}; "
+                          "train it first (the same `hacrl train` command resumes)")
+    step, path = found
+    return Target(str(path), run_id, step, model)
+
+
+def standalone_run(tracker: Tracker, cfg: DictConfig, label: str, model_path: str, method: str,
+                   step: int = 0) -> str:
+    """The run holding a model's own evaluations (found again by model path and scale)."""
+    query = (f"tags.`hacrl.kind` = 'eval' and tags.`hacrl.model_path` = '{model_path}' "
+             f"and tags.scale = '{cfg.scale.name}'")
+    for run in tracker.find_runs(query):
+        return str(run.info.run_id)
+    run_id = tracker.start_run(f"{method}:{label}", {
+        "hacrl.kind": "eval", "method": method, "model": label, "scale": str(cfg.scale.name),
+        "hacrl.model_path": model_path, "hacrl.step": str(step)})
+    return run_id  # left RUNNING: the caller ends it FINISHED or FAILED after evaluating
+
+
+def target_from_checkpoint(tracker: Tracker, cfg: DictConfig, path: Path) -> Target:
+    """A model directory; inside a job's run directory its scores go to that agent's run."""
+    from hacrl.config import ConfigError
+
+    path = path.expanduser().resolve()
+    if not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():
+        path = path / "model"  # a job checkpoint's agent folder: weights sit in model/
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"--checkpoint {path}: no config.json there; pass a model directory "
+                          "(e.g. <run dir>/team-0/ckpt/step_000040/<agent>)")
+    agent = path.parent.name if path.name == "model" else path.name
+    step_dir = path.parent.parent if path.name == "model" else path.parent
+    if step_dir.name.startswith("step_") and step_dir.parent.name == "ckpt":
+        run_dir = step_dir.parent.parent.parent
+        step = int(step_dir.name.removeprefix("step_"))
+        query = (f"tags.`hacrl.run_dir` = '{run_dir}' and tags.model = '{agent}' "
+                 "and tags.`hacrl.kind` = 'agent' and attributes.status = 'FINISHED'")
+        runs = tracker.find_runs(query)
+        if runs:
+            return Target(str(path), str(runs[0].info.run_id), step, agent)
+        return Target(str(path), standalone_run(tracker, cfg, agent, str(path), "checkpoint",
+                                                step), step, agent)
+    return Target(str(path), standalone_run(tracker, cfg, agent, str(path), "checkpoint"), 0,
+                  agent)
+
+
+def target_from_model(tracker: Tracker, cfg: DictConfig, name: str, model_path: str) -> Target:
+    """A catalog model as it is before any training (Table 1's `base` rows)."""
+    return Target(model_path, standalone_run(tracker, cfg, name, model_path, "base"), 0, name)
+
+
+def describe(result: EvalResult) -> str:
+    """A small text table of one evaluation's scores."""
+    prefix = metric_prefix(result.protocol) + "/"
+    rows: dict[str, dict[str, float]] = {}
+    for key, value in result.metrics.items():
+        if key.startswith(prefix) and key.count("/") == 3:
+            _, _, bench, metric = key.split("/")
+            rows.setdefault(bench, {})[metric] = value
+    order = sorted(rows, key=lambda b: (b == "avg", b))
+    lines = [f"{'benchmark':<16} {'acc':>7} {'exact':>7}  other"]
+    for bench in order:
+        got = rows[bench]
+        other = " ".join(f"{m}={v:.3f}" for m, v in sorted(got.items())
+                         if m not in ("acc", "exact_match", "time_s"))
+        lines.append(f"{bench:<16} {got.get('acc', float('nan')):>7.3f} "
+                     f"{got.get('exact_match', float('nan')):>7.3f}  {other}")
+    return "\n".join(lines)
+
+
+def summary_json(result: EvalResult) -> dict[str, Any]:
+    return {"run_id": result.run_id, "protocol": result.protocol.name, "key": result.protocol.key,
+            "skipped": result.skipped, "metrics": result.metrics}

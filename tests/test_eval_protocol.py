@@ -1,0 +1,116 @@
+"""Evaluation protocol and the materialised lm-eval tasks (no model involved)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hacrl.config import ConfigError, compose
+from hacrl.evaluation import Protocol, paper_benchmark
+from hacrl.evaluation.lmeval import SUITE, TASK_DIR, Backend, load_task_yaml, materialize
+
+PAPER = ["math500", "math", "gsm8k", "aime2025", "amc23", "minerva", "olympiad"]
+
+
+def test_paper_protocols_are_explicit_and_differ_only_in_budget() -> None:
+    main = Protocol.from_config(compose(["scale=paper"]).eval.protocol)
+    ablation = Protocol.from_config(compose(["scale=paper", "protocol=ablation"]).eval.protocol)
+    assert (main.name, main.max_new_tokens, ablation.max_new_tokens) == ("main", 8196, 4096)
+    assert main.default.greedy and main.default.samples == 1
+    aime = main.sampling_for("aime2025")
+    assert (aime.samples, aime.temperature, aime.top_p) == (16, 0.6, 0.95)
+    assert main.sampling_for("tiny_aime2025") == aime  # the stand-in follows its benchmark
+    assert main.sampling_for("gsm8k") == main.default
+    assert main.key != ablation.key
+    assert main.metric_names("aime2025") == ["acc", "exact_match", "avg_at_16", "pass_at_16"]
+    assert main.metric_names("math500") == ["acc", "exact_match"]
+
+
+def test_protocol_key_ignores_the_name_and_follows_every_setting() -> None:
+    base = compose([]).eval.protocol
+    key = Protocol.from_config(base).key
+    renamed = compose(["eval.protocol.name=other"]).eval.protocol
+    assert Protocol.from_config(renamed).key == key
+    for override in ("eval.protocol.max_new_tokens=31", "eval.protocol.sampled.aime2025.samples=8",
+                     "eval.protocol.sampled.aime2025.temperature=1.0",
+                     "eval.protocol.enable_thinking=true"):
+        assert Protocol.from_config(compose([override]).eval.protocol).key != key, override
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("eval.protocol.samples=4", "temperature 0"),
+    ("eval.protocol.max_new_tokens=0", "eval.protocol.max_new_tokens=0"),
+    ("eval.protocol.sampled.aime2025.top_p=0", "eval.protocol.sampled.aime2025.top_p=0"),
+    ("eval.protocol.name=a/b", "eval.protocol.name"),
+])
+def test_bad_protocol_is_one_line_naming_the_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Protocol.from_config(compose([override]).eval.protocol)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_every_benchmark_has_a_shipped_task_and_groups_list_them() -> None:
+    for bench in PAPER:
+        for name in (bench, f"tiny_{bench}"):
+            assert (TASK_DIR / f"hacrl_{name}.yaml").is_file(), name
+            assert paper_benchmark(name) == bench
+    for scale, prefix in (("paper", ""), ("tiny", "tiny_")):
+        group = yaml.safe_load((TASK_DIR / f"hacrl_{scale}.yaml").read_text())
+        assert group["task"] == [f"hacrl_{prefix}{b}" for b in PAPER]
+        assert all(not m["weight_by_size"] for m in group["aggregate_metric_list"])
+
+
+def test_materialize_resolves_paths_generation_and_repeats(tmp_path: Path) -> None:
+    protocol = Protocol.from_config(compose(["scale=paper"]).eval.protocol)
+    files = {b: tmp_path / "data" / f"{b}.jsonl" for b in ("math500", "aime2025")}
+    names = materialize(list(files), files, protocol, tmp_path / "tasks")
+    assert names == ["hacrl_math500", "hacrl_aime2025"]
+    m500 = load_task_yaml(tmp_path / "tasks" / "hacrl_math500.yaml")
+    assert m500["dataset_kwargs"]["data_files"]["test"] == str(files["math500"].resolve())
+    assert m500["generation_kwargs"] == {"until": [], "max_gen_toks": 8196, "do_sample": False}
+    assert m500["repeats"] == 1 and "include" not in m500
+    aime = load_task_yaml(tmp_path / "tasks" / "hacrl_aime2025.yaml")
+    assert aime["repeats"] == 16
+    assert aime["generation_kwargs"] == {"until": [], "max_gen_toks": 8196, "do_sample": True,
+                                         "temperature": 0.6, "top_p": 0.95}
+    text = (tmp_path / "tasks" / "hacrl_aime2025.yaml").read_text()
+    assert "!function 'utils.grade_responses'" in text or "!function utils.grade_responses" in text
+    group = yaml.safe_load((tmp_path / "tasks" / f"{SUITE}.yaml").read_text())
+    assert group["task"] == names
+    assert (tmp_path / "tasks" / "utils.py").is_file()
+
+
+def test_materialized_tasks_load_in_lm_eval(tmp_path: Path) -> None:
+    """lm-eval builds the suite from the written folder (task configs parse, group resolves)."""
+    from lm_eval.tasks import TaskManager
+
+    from hacrl.data import local_file
+
+    cfg = compose([f"data.root={tmp_path / 'data'}"])
+    protocol = Protocol.from_config(cfg.eval.protocol)
+    benches = ["tiny_gsm8k", "tiny_aime2025"]
+    files = {b: local_file(cfg.data, b) for b in benches}  # synthetic: written on demand
+    materialize(benches, files, protocol, tmp_path / "tasks")
+    manager = TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False)
+    loaded = manager.load([SUITE])
+    flat = loaded["tasks"]
+    assert set(flat) == {"hacrl_tiny_gsm8k", "hacrl_tiny_aime2025"}
+    assert loaded["group_map"][SUITE] == ["hacrl_tiny_gsm8k", "hacrl_tiny_aime2025"]
+    assert flat["hacrl_tiny_aime2025"].config.repeats == 16
+    assert len(flat["hacrl_tiny_gsm8k"].test_docs()) == 150
+
+
+def test_vllm_model_args_size_the_context_from_the_protocol() -> None:
+    cfg = compose(["scale=paper", "protocol=ablation", "eval.vllm.tensor_parallel_size=2",
+                   "eval.vllm.data_parallel_size=4", "eval.vllm.max_prompt_tokens=1000"])
+    protocol = Protocol.from_config(cfg.eval.protocol)
+    args = Backend.from_config(cfg.eval, "cuda").model_args("/m", protocol, seed=3)
+    assert args["max_model_len"] == 1000 + 4096
+    assert (args["tensor_parallel_size"], args["data_parallel_size"]) == (2, 4)
+    assert args["enable_thinking"] is False and args["dtype"] == "bfloat16" and args["seed"] == 3
+    hf = Backend.from_config(compose([]).eval, "cpu").model_args("/m", protocol, seed=0)
+    assert hf["device"] == "cpu" and "max_model_len" not in hf
+    with pytest.raises(ConfigError, match="eval.backend=tpu"):
+        Backend("tpu").model_args("/m", protocol, 0)
