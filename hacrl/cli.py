@@ -42,6 +42,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     try:
         cfg = compose(overrides)
         Protocol.from_config(cfg.eval.protocol)
+        runner.data_files(cfg, [str(b) for b in cfg.eval.benchmarks])  # missing data: stop here
         output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
         tracker = Tracker(resolve_uri(cfg.tracking.uri, output_root), cfg.tracking.experiment)
         if args.model:

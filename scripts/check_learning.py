@@ -39,7 +39,7 @@ def main() -> int:
     parser.add_argument("--pairs", nargs="+", default=["size"])
     parser.add_argument("--methods", nargs="+", default=["gspo", "hacpo"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--metric", default="eval/avg/acc")
+    parser.add_argument("--metric", default="eval/main/avg/acc")
     parser.add_argument("--out", default="outputs/check_learning")
     parser.add_argument("--jobs", type=int, default=2)
     args, extra = parser.parse_known_args()

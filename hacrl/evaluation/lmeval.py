@@ -150,10 +150,12 @@ def run_lm_eval(model_path: str, benchmarks: list[str], data_files: dict[str, Pa
     """
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the data are local json files
     started = time.perf_counter()
+    import datasets
     import lm_eval
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
+    datasets.disable_progress_bars()  # local json files load in milliseconds
     for noisy in ("lm_eval", "lm-eval", "datasets", "httpx"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     names = materialize(benchmarks, data_files, protocol, workdir / "tasks")

@@ -1,0 +1,124 @@
+"""`hacrl eval` on micro models: base models, agent runs and checkpoints, skip and force."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from hacrl.cli import main
+from hacrl.config import compose, validate
+from hacrl.job import run_job
+
+BENCH = "eval.benchmarks=[tiny_gsm8k,tiny_aime2025]"
+
+
+def _client(root: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+
+
+def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+
+
+def _runs(client: MlflowClient, query: str = "") -> list:
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return list(client.search_runs(ids, query))
+
+
+def test_eval_base_model_logs_scores_protocol_and_samples(job_env, new_output_root, capsys):
+    root = new_output_root()
+    args = ["eval", "--model", "qwen3-4b-base", f"output_root={root}", BENCH]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "protocol main" in out and "tiny_aime2025" in out
+    client = _client(root)
+    (run,) = _runs(client)
+    tags, metrics = run.data.tags, run.data.metrics
+    assert run.info.status == "FINISHED"
+    assert (tags["hacrl.kind"], tags["method"], tags["model"], tags["scale"]) == (
+        "eval", "base", "qwen3-4b-base", "tiny")
+    for key in ("tiny_gsm8k/acc", "tiny_gsm8k/exact_match", "tiny_aime2025/acc",
+                "tiny_aime2025/avg_at_16", "tiny_aime2025/pass_at_16", "avg/acc"):
+        assert 0.0 <= metrics[f"eval/main/{key}"] <= 1.0, key
+    assert metrics["eval/main/avg/acc"] == pytest.approx(
+        (metrics["eval/main/tiny_gsm8k/acc"] + metrics["eval/main/tiny_aime2025/acc"]) / 2)
+    assert metrics["eval/main/tiny_aime2025/pass_at_16"] >= metrics["eval/main/tiny_aime2025/acc"]
+    protocol = json.loads(tags["hacrl.eval.main.protocol"])
+    assert protocol["max_new_tokens"] == 32 and protocol["sampled"]["aime2025"]["samples"] == 16
+    assert json.loads(tags["hacrl.eval.main.benchmarks"]) == ["tiny_gsm8k", "tiny_aime2025"]
+
+    folder = Path(client.download_artifacts(run.info.run_id, "eval/main", str(root / "dl")))
+    assert json.loads((folder / "protocol.json").read_text())["key"] == tags["hacrl.eval.main.key"]
+    assert {p.name for p in (folder / "tasks").iterdir()} >= {
+        "hacrl_tiny_gsm8k.yaml", "hacrl_tiny_aime2025.yaml", "hacrl_suite.yaml", "utils.py"}
+    aime = [json.loads(line) for line in (folder / "samples" / "tiny_aime2025.jsonl").open()]
+    assert len(aime) == 30 and all(len(r["responses"]) == len(r["grades"]) == 16 for r in aime)
+    gsm = [json.loads(line) for line in (folder / "samples" / "tiny_gsm8k.jsonl").open()]
+    assert len(gsm) == 150 and gsm[0]["prompt"].startswith("<|im_start|>user\nWhat is")
+    # the per-sample grades add up to the logged accuracy
+    assert sum(g["correct"] for r in gsm for g in r["grades"]) / 150 == pytest.approx(
+        metrics["eval/main/tiny_gsm8k/acc"])
+
+    # again: already logged, nothing re-evaluated; --force evaluates again into the same run
+    assert main(args) == 0
+    assert "already logged" in capsys.readouterr().out
+    assert len(_history(client, run.info.run_id, "eval/main/avg/acc")) == 1
+    assert main([*args, "--force"]) == 0
+    assert len(_history(client, run.info.run_id, "eval/main/avg/acc")) == 2
+    # another protocol is another evaluation of the same model, in the same run
+    assert main([*args, "protocol=ablation", "scale.eval_tokens.ablation=16"]) == 0
+    (run,) = _runs(client)
+    assert "eval/ablation/avg/acc" in run.data.metrics
+    assert run.data.tags["hacrl.eval.ablation.key"] != run.data.tags["hacrl.eval.main.key"]
+
+
+def test_eval_agent_run_and_its_checkpoint(job_env, new_output_root, tiny_job, capsys):
+    root = new_output_root()
+    spec = validate(compose([*tiny_job, f"output_root={root}", "eval.at_end=false",
+                             "pair=size"]))
+    summary = run_job(spec, progress=False)
+    client = _client(root)
+    agent_run = summary["agent_run_ids"]["qwen3-4b-base"]
+    assert not any(k.startswith("eval/") for k in client.get_run(agent_run).data.metrics)
+
+    assert main(["eval", "--run", agent_run, f"output_root={root}", BENCH]) == 0
+    assert "(step 2)" in capsys.readouterr().out
+    assert [s for s, _ in _history(client, agent_run, "eval/main/avg/acc")] == [2]
+    assert client.get_run(agent_run).data.tags["hacrl.eval.main.model_path"].endswith(
+        "step_000002/qwen3-4b-base/model")
+
+    # the same checkpoint given as a folder resolves to the same agent run: already logged
+    ckpt = Path(summary["run_dir"]) / "team-0" / "ckpt" / "step_000002" / "qwen3-4b-base"
+    assert main(["eval", "--checkpoint", str(ckpt), f"output_root={root}", BENCH]) == 0
+    assert "already logged" in capsys.readouterr().out
+    assert len(_runs(client, "tags.`hacrl.kind` = 'eval'")) == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["eval"], "exactly one of --model"),
+    (["eval", "--model", "qwen3-4b-base", "--run", "abc"], "exactly one of --model"),
+    (["eval", "--model", "gpt-9"], "agents[0]=gpt-9: not in models/catalog.yaml"),
+    (["eval", "--run", "0123456789abcdef"], "--run 0123456789abcdef: no such run"),
+    (["eval", "--checkpoint", "/nonexistent/x"], "--checkpoint /nonexistent/x: no config.json"),
+    (["eval", "--model", "qwen3-4b-base", "eval.benchmarks=[nope]"], "nope"),
+    (["eval", "--model", "qwen3-4b-base", "eval.protocol.samples=2"], "temperature 0"),
+])
+def test_eval_bad_input_is_one_line(job_env, new_output_root, capsys, args, message):
+    root = new_output_root()
+    assert main([*args, f"output_root={root}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err, err
+
+
+def test_eval_missing_hub_data_names_file_and_command(job_env, new_output_root, capsys,
+                                                      tmp_path):
+    root = new_output_root()
+    code = main(["eval", "--model", "qwen3-4b-base", "scale=paper", f"output_root={root}",
+                 f"data.root={tmp_path / 'empty'}", "eval.benchmarks=[math500]"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert str(tmp_path / "empty" / "math500.jsonl") in err and "hacrl data prepare math500" in err
+    assert _runs(_client(root)) == []  # nothing was started
