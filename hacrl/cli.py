@@ -41,7 +41,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
         return 2
     try:
         cfg = compose(overrides)
-        Protocol.from_config(cfg.eval.protocol)
+        Protocol.in_use(cfg.eval)
         runner.data_files(cfg, [str(b) for b in cfg.eval.benchmarks])  # missing data: stop here
         output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
         tracker = Tracker(resolve_uri(cfg.tracking.uri, output_root), cfg.tracking.experiment)
@@ -55,8 +55,8 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
         standalone = tracker.client.get_run(target.run_id).data.tags.get("hacrl.kind") == "eval"
         status = "FAILED"
         try:
-            result = runner.evaluate_into_run(cfg, target.model_path, tracker, target.run_id,
-                                              target.step, force=args.force, limit=args.limit)
+            results = runner.evaluate_into_run(cfg, target.model_path, tracker, target.run_id,
+                                               target.step, force=args.force, limit=args.limit)
             status = "FINISHED"
         finally:
             if standalone:
@@ -64,11 +64,13 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     except ConfigError as err:
         print(f"hacrl: eval: {err}", file=sys.stderr)
         return 2
-    what = "already logged (--force re-evaluates)" if result.skipped else \
-        f"evaluated in {result.seconds:.1f} s"
-    print(f"{target.label} (step {target.step}), protocol {result.protocol.name} "
-          f"[{result.protocol.key}]: {what}")
-    print(runner.describe(result))
+    for result in results:
+        what = ("already logged (--force re-evaluates)" if result.skipped else
+                f"same settings as {result.shared_with}, scores copied" if result.shared_with else
+                f"evaluated in {result.seconds:.1f} s")
+        print(f"{target.label} (step {target.step}), protocol {result.protocol.name} "
+              f"[{result.protocol.key}]: {what}")
+        print(runner.describe(result))
     print(f"MLflow run {target.run_id} in {tracker.uri}")
     return 0
 

@@ -203,7 +203,7 @@ def _eval_check(cfg: DictConfig) -> None:
 
     if not _get(cfg, "eval.at_end"):
         return
-    Protocol.from_config(_get(cfg, "eval.protocol"))
+    Protocol.in_use(_get(cfg, "eval"))
     if _get(cfg, "eval.backend") not in ("hf", "vllm"):
         raise ConfigError(f"eval.backend={cfg.eval.backend}: use hf (CPU, one GPU) or vllm (GPUs)")
     for bench in _get(cfg, "eval.benchmarks"):

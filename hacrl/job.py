@@ -243,8 +243,9 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
         for name in names:
             ckpt = paths.ckpt / f"step_{steps:06d}" / name / "model"
             model = str(ckpt) if (ckpt / "config.json").is_file() else fallback[name]
-            final[name] = evaluate_into_run(c, model, tracker, agent_runs[name], steps,
-                                            force=True).metrics
+            final[name] = {k: v for r in evaluate_into_run(c, model, tracker, agent_runs[name],
+                                                             steps, force=True)
+                           for k, v in r.metrics.items()}
         agents_done = names
     else:
         agents_done = [a.name for a in agents]

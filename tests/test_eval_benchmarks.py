@@ -126,7 +126,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, l
         # a local folder has one (default) config where the hub repo names its own
         overrides += [f"data.sources.{name}.hub_id={folder.parent}", f"data.sources.{name}.rows=3",
                       f"data.sources.{name}.config=null"]
-    cfg = compose(["scale=paper", *overrides, "eval.protocol.sampled.aime2025.samples=2"])
+    cfg = compose(["scale=paper", *overrides, "eval.protocols.main.sampled.aime2025.samples=2"])
     prepare(cfg.data, list(FIXTURES))
     script = {}
     for name, (_, _, responses) in FIXTURES.items():
@@ -143,7 +143,7 @@ def test_seven_benchmarks_score_a_scripted_model_through_lm_eval(prepared: Any, 
 
     benchmarks = list(FIXTURES)
     files = {b: local_file(cfg.data, b) for b in benchmarks}
-    protocol = Protocol.from_config(cfg.eval.protocol)
+    protocol = Protocol.from_config(cfg.eval.protocols.main)
     lm = ScriptedLM(script)
     outcome = run_lm_eval("scripted", benchmarks, files, protocol, Backend(), tmp_path, lm=lm)
 

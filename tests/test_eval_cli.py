@@ -69,10 +69,23 @@ def test_eval_base_model_logs_scores_protocol_and_samples(job_env, new_output_ro
     assert main([*args, "--force"]) == 0
     assert len(_history(client, run.info.run_id, "eval/main/avg/acc")) == 2
     # another protocol is another evaluation of the same model, in the same run
-    assert main([*args, "protocol=ablation", "scale.eval_tokens.ablation=16"]) == 0
+    assert main([*args, "eval.use=[ablation]", "scale.eval_tokens.ablation=16"]) == 0
     (run,) = _runs(client)
     assert "eval/ablation/avg/acc" in run.data.metrics
     assert run.data.tags["hacrl.eval.ablation.key"] != run.data.tags["hacrl.eval.main.key"]
+
+
+def test_protocols_with_the_same_settings_share_one_evaluation(job_env, new_output_root, capsys):
+    root = new_output_root()
+    args = ["eval", "--model", "qwen3-1.7b-base", f"output_root={root}", "eval.use=[main,ablation]",
+            "eval.benchmarks=[tiny_gsm8k]"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "protocol ablation" in out and "same settings as main, scores copied" in out
+    (run,) = _runs(_client(root))
+    m = run.data.metrics
+    assert m["eval/ablation/tiny_gsm8k/acc"] == m["eval/main/tiny_gsm8k/acc"]
+    assert run.data.tags["hacrl.eval.ablation.key"] == run.data.tags["hacrl.eval.main.key"]
 
 
 def test_eval_agent_run_and_its_checkpoint(job_env, new_output_root, tiny_job, capsys):
@@ -104,7 +117,7 @@ def test_eval_agent_run_and_its_checkpoint(job_env, new_output_root, tiny_job, c
     (["eval", "--run", "0123456789abcdef"], "--run 0123456789abcdef: no such run"),
     (["eval", "--checkpoint", "/nonexistent/x"], "--checkpoint /nonexistent/x: no config.json"),
     (["eval", "--model", "qwen3-4b-base", "eval.benchmarks=[nope]"], "nope"),
-    (["eval", "--model", "qwen3-4b-base", "eval.protocol.samples=2"], "temperature 0"),
+    (["eval", "--model", "qwen3-4b-base", "eval.protocols.main.samples=2"], "temperature 0"),
 ])
 def test_eval_bad_input_is_one_line(job_env, new_output_root, capsys, args, message):
     root = new_output_root()

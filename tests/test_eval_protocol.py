@@ -15,8 +15,7 @@ PAPER = ["math500", "math", "gsm8k", "aime2025", "amc23", "minerva", "olympiad"]
 
 
 def test_paper_protocols_are_explicit_and_differ_only_in_budget() -> None:
-    main = Protocol.from_config(compose(["scale=paper"]).eval.protocol)
-    ablation = Protocol.from_config(compose(["scale=paper", "protocol=ablation"]).eval.protocol)
+    main, ablation = Protocol.in_use(compose(["scale=paper", "eval.use=[main,ablation]"]).eval)
     assert (main.name, main.max_new_tokens, ablation.max_new_tokens) == ("main", 8196, 4096)
     assert main.default.greedy and main.default.samples == 1
     aime = main.sampling_for("aime2025")
@@ -29,25 +28,29 @@ def test_paper_protocols_are_explicit_and_differ_only_in_budget() -> None:
 
 
 def test_protocol_key_ignores_the_name_and_follows_every_setting() -> None:
-    base = compose([]).eval.protocol
+    base = compose([]).eval.protocols.main
     key = Protocol.from_config(base).key
-    renamed = compose(["eval.protocol.name=other"]).eval.protocol
+    renamed = compose(["eval.protocols.main.name=other"]).eval.protocols.main
     assert Protocol.from_config(renamed).key == key
-    for override in ("eval.protocol.max_new_tokens=31", "eval.protocol.sampled.aime2025.samples=8",
-                     "eval.protocol.sampled.aime2025.temperature=1.0",
-                     "eval.protocol.enable_thinking=true"):
-        assert Protocol.from_config(compose([override]).eval.protocol).key != key, override
+    # at tiny scale main and ablation have the same settings, so the same key
+    assert Protocol.from_config(compose([]).eval.protocols.ablation).key == key
+    for override in ("max_new_tokens=31", "sampled.aime2025.samples=8",
+                     "sampled.aime2025.temperature=1.0", "enable_thinking=true"):
+        node = compose([f"eval.protocols.main.{override}"]).eval.protocols.main
+        assert Protocol.from_config(node).key != key, override
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("eval.protocol.samples=4", "temperature 0"),
-    ("eval.protocol.max_new_tokens=0", "eval.protocol.max_new_tokens=0"),
-    ("eval.protocol.sampled.aime2025.top_p=0", "eval.protocol.sampled.aime2025.top_p=0"),
-    ("eval.protocol.name=a/b", "eval.protocol.name"),
+    ("eval.protocols.main.samples=4", "temperature 0"),
+    ("eval.protocols.main.max_new_tokens=0", "eval.protocols.main.max_new_tokens=0"),
+    ("eval.protocols.main.sampled.aime2025.top_p=0", "eval.protocols.main.sampled.aime2025.top_p=0"),
+    ("eval.protocols.main.name=a/b", "eval.protocols.main.name"),
+    ("eval.use=[main,best]", "eval.use: unknown protocol 'best'"),
+    ("eval.use=[]", "eval.use=[]"),
 ])
 def test_bad_protocol_is_one_line_naming_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        Protocol.from_config(compose([override]).eval.protocol)
+        Protocol.in_use(compose([override]).eval)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -63,7 +66,7 @@ def test_every_benchmark_has_a_shipped_task_and_groups_list_them() -> None:
 
 
 def test_materialize_resolves_paths_generation_and_repeats(tmp_path: Path) -> None:
-    protocol = Protocol.from_config(compose(["scale=paper"]).eval.protocol)
+    protocol = Protocol.from_config(compose(["scale=paper"]).eval.protocols.main)
     files = {b: tmp_path / "data" / f"{b}.jsonl" for b in ("math500", "aime2025")}
     names = materialize(list(files), files, protocol, tmp_path / "tasks")
     assert names == ["hacrl_math500", "hacrl_aime2025"]
@@ -89,7 +92,7 @@ def test_materialized_tasks_load_in_lm_eval(tmp_path: Path) -> None:
     from hacrl.data import local_file
 
     cfg = compose([f"data.root={tmp_path / 'data'}"])
-    protocol = Protocol.from_config(cfg.eval.protocol)
+    protocol = Protocol.from_config(cfg.eval.protocols.main)
     benches = ["tiny_gsm8k", "tiny_aime2025"]
     files = {b: local_file(cfg.data, b) for b in benches}  # synthetic: written on demand
     materialize(benches, files, protocol, tmp_path / "tasks")
@@ -103,9 +106,9 @@ def test_materialized_tasks_load_in_lm_eval(tmp_path: Path) -> None:
 
 
 def test_vllm_model_args_size_the_context_from_the_protocol() -> None:
-    cfg = compose(["scale=paper", "protocol=ablation", "eval.vllm.tensor_parallel_size=2",
+    cfg = compose(["scale=paper", "eval.vllm.tensor_parallel_size=2",
                    "eval.vllm.data_parallel_size=4", "eval.vllm.max_prompt_tokens=1000"])
-    protocol = Protocol.from_config(cfg.eval.protocol)
+    protocol = Protocol.from_config(cfg.eval.protocols.ablation)
     args = Backend.from_config(cfg.eval, "cuda").model_args("/m", protocol, seed=3)
     assert args["max_model_len"] == 1000 + 4096
     assert (args["tensor_parallel_size"], args["data_parallel_size"]) == (2, 4)

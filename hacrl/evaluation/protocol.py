@@ -48,8 +48,8 @@ class Protocol:
     enable_thinking: bool = False
 
     @classmethod
-    def from_config(cls, node: Any) -> Protocol:
-        """Build from `eval.protocol` (a DictConfig or a plain mapping); errors name the key."""
+    def from_config(cls, node: Any, where: str = "eval.protocol") -> Protocol:
+        """Build from a protocol node (DictConfig or mapping); errors name the key `where`.X."""
         from hacrl.config import ConfigError
 
         def sampling(where: str, n: Any) -> Sampling:
@@ -66,15 +66,35 @@ class Protocol:
 
         name = str(node.get("name", ""))
         if not name or not name.replace("_", "").replace("-", "").isalnum():
-            raise ConfigError(f"eval.protocol.name={name!r}: give a short name of letters, "
+            raise ConfigError(f"{where}.name={name!r}: give a short name of letters, "
                               "digits, - or _ (it becomes part of metric names)")
         tokens = int(node.get("max_new_tokens", 0))
         if tokens < 1:
-            raise ConfigError(f"eval.protocol.max_new_tokens={tokens}: must be >= 1")
-        sampled = {str(b): sampling(f"eval.protocol.sampled.{b}", n)
+            raise ConfigError(f"{where}.max_new_tokens={tokens}: must be >= 1")
+        sampled = {str(b): sampling(f"{where}.sampled.{b}", n)
                    for b, n in (node.get("sampled") or {}).items()}
-        return cls(name, tokens, sampling("eval.protocol", node), sampled,
+        return cls(name, tokens, sampling(where, node), sampled,
                    bool(node.get("enable_thinking", False)))
+
+    @classmethod
+    def in_use(cls, eval_cfg: Any) -> list[Protocol]:
+        """The protocols `eval.use` names, from their definitions in `eval.protocols`."""
+        from hacrl.config import ConfigError
+
+        defined = eval_cfg.get("protocols") or {}
+        names = list(eval_cfg.get("use") or [])
+        if not names:
+            raise ConfigError("eval.use=[]: name at least one protocol, e.g. eval.use=[main]")
+        out = []
+        for name in names:
+            if name not in defined:
+                raise ConfigError(f"eval.use: unknown protocol {name!r}; defined in "
+                                  f"eval.protocols: {', '.join(defined)}")
+            protocol = cls.from_config(defined[name], where=f"eval.protocols.{name}")
+            if protocol.name != name:
+                raise ConfigError(f"eval.protocols.{name}.name={protocol.name}: must be {name}")
+            out.append(protocol)
+        return out
 
     def sampling_for(self, benchmark: str) -> Sampling:
         return self.sampled.get(paper_benchmark(benchmark), self.default)

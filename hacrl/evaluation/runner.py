@@ -31,6 +31,7 @@ class EvalResult:
     metrics: dict[str, float]  # flat, as logged
     skipped: bool = False
     seconds: float = 0.0
+    shared_with: str | None = None  # another protocol of the same key whose scores were copied
 
 
 def metric_prefix(protocol: Protocol) -> str:
@@ -56,15 +57,48 @@ def already_logged(tracker: Tracker, run_id: str, protocol: Protocol, benchmarks
 
 
 def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: str, step: int,
-                      force: bool = False, limit: int | None = None) -> EvalResult:
-    """Run lm-eval on `model_path` with the configured protocol and log into `run_id`."""
-    protocol = Protocol.from_config(cfg.eval.protocol)
+                      force: bool = False, limit: int | None = None) -> list[EvalResult]:
+    """Evaluate `model_path` under every protocol of `eval.use` and log into `run_id`.
+
+    A protocol already logged with the same key is skipped unless `force`. Protocols with the
+    same settings (same key; e.g. main and ablation at tiny scale) share one lm-eval run: the
+    scores are logged under each name.
+    """
     benchmarks = [str(b) for b in cfg.eval.benchmarks]
-    if not force and already_logged(tracker, run_id, protocol, benchmarks):
-        run = tracker.client.get_run(run_id)
-        prefix = metric_prefix(protocol) + "/"
-        return EvalResult(run_id, protocol, {k: v for k, v in run.data.metrics.items()
-                                             if k.startswith(prefix)}, skipped=True)
+    results: list[EvalResult] = []
+    done_by_key: dict[str, EvalResult] = {}
+    for protocol in Protocol.in_use(cfg.eval):
+        if not force and already_logged(tracker, run_id, protocol, benchmarks):
+            run = tracker.client.get_run(run_id)
+            prefix = metric_prefix(protocol) + "/"
+            results.append(EvalResult(run_id, protocol, {k: v for k, v in run.data.metrics.items()
+                                                         if k.startswith(prefix)}, skipped=True))
+            continue
+        first = done_by_key.get(protocol.key)
+        if first is not None:
+            outcome = EvalOutcome(*_unflatten(first), seconds=0.0)
+            _log(cfg, tracker, run_id, step, model_path, protocol, benchmarks, outcome, None)
+            results.append(EvalResult(run_id, protocol, flat_metrics(protocol, outcome),
+                                      shared_with=first.protocol.name))
+            continue
+        result = _evaluate_one(cfg, model_path, tracker, run_id, step, protocol, benchmarks, limit)
+        done_by_key[protocol.key] = result
+        results.append(result)
+    return results
+
+
+def _unflatten(result: EvalResult) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    prefix = metric_prefix(result.protocol) + "/"
+    metrics: dict[str, dict[str, float]] = {}
+    average: dict[str, float] = {}
+    for key, value in result.metrics.items():
+        bench, metric = key.removeprefix(prefix).split("/", 1)
+        (average if bench == "avg" else metrics.setdefault(bench, {}))[metric] = value
+    return metrics, average
+
+
+def _evaluate_one(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: str, step: int,
+                  protocol: Protocol, benchmarks: list[str], limit: int | None) -> EvalResult:
     files = data_files(cfg, benchmarks)
     backend = Backend.from_config(cfg.eval, device=str(cfg.engine.get("device", "cpu")))
     # the task's utils read these (they also serve users of the lm_eval CLI)
@@ -74,29 +108,39 @@ def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id
         work = Path(tmp)
         outcome = run_lm_eval(model_path, benchmarks, files, protocol, backend, work,
                               seed=int(cfg.seed), limit=limit)
-        flat = flat_metrics(protocol, outcome)
-        tracker.log_metrics(run_id, {**flat, f"time/eval_{protocol.name}_s": outcome.seconds},
-                            step)
-        prefix = f"hacrl.eval.{protocol.name}"
-        tracker.set_tags(run_id, {
-            f"{prefix}.key": protocol.key, f"{prefix}.benchmarks": json.dumps(benchmarks),
-            f"{prefix}.protocol": json.dumps(protocol.to_dict(), sort_keys=True),
-            f"{prefix}.backend": backend.name, f"{prefix}.model_path": model_path,
-            f"{prefix}.lm_eval": outcome.lm_eval_version, f"{prefix}.step": str(step)})
-        (work / "protocol.json").write_text(json.dumps(
-            {"protocol": protocol.to_dict(), "key": protocol.key, "backend": backend.name,
-             "model_args": backend.model_args(model_path, protocol, int(cfg.seed)),
-             "benchmarks": benchmarks, "data_files": {b: str(p) for b, p in files.items()},
-             "lm_eval_version": outcome.lm_eval_version, "step": step}, indent=1, default=str))
-        (work / "scores.json").write_text(json.dumps(
-            {"metrics": outcome.metrics, "average": outcome.average}, indent=1))
-        write_samples(outcome, work / "samples")
-        artifact_path = f"eval/{protocol.name}"
-        for item in ("protocol.json", "scores.json"):
-            tracker.log_artifact(run_id, work / item, artifact_path)
-        tracker.log_artifacts(run_id, work / "tasks", f"{artifact_path}/tasks")
-        tracker.log_artifacts(run_id, work / "samples", f"{artifact_path}/samples")
-    return EvalResult(run_id, protocol, flat, seconds=outcome.seconds)
+        _log(cfg, tracker, run_id, step, model_path, protocol, benchmarks, outcome, work,
+             backend, files)
+    return EvalResult(run_id, protocol, flat_metrics(protocol, outcome), seconds=outcome.seconds)
+
+
+def _log(cfg: DictConfig, tracker: Tracker, run_id: str, step: int, model_path: str,
+         protocol: Protocol, benchmarks: list[str], outcome: EvalOutcome, work: Path | None,
+         backend: Backend | None = None, files: dict[str, Path] | None = None) -> None:
+    """Metrics, tags and (when `work` holds them) the artifacts of one protocol's evaluation."""
+    flat = flat_metrics(protocol, outcome)
+    tracker.log_metrics(run_id, {**flat, f"time/eval_{protocol.name}_s": outcome.seconds}, step)
+    prefix = f"hacrl.eval.{protocol.name}"
+    tracker.set_tags(run_id, {
+        f"{prefix}.key": protocol.key, f"{prefix}.benchmarks": json.dumps(benchmarks),
+        f"{prefix}.protocol": json.dumps(protocol.to_dict(), sort_keys=True),
+        f"{prefix}.backend": str(cfg.eval.backend), f"{prefix}.model_path": model_path,
+        f"{prefix}.lm_eval": outcome.lm_eval_version, f"{prefix}.step": str(step)})
+    if work is None:
+        return
+    assert backend is not None and files is not None
+    (work / "protocol.json").write_text(json.dumps(
+        {"protocol": protocol.to_dict(), "key": protocol.key, "backend": backend.name,
+         "model_args": backend.model_args(model_path, protocol, int(cfg.seed)),
+         "benchmarks": benchmarks, "data_files": {b: str(p) for b, p in files.items()},
+         "lm_eval_version": outcome.lm_eval_version, "step": step}, indent=1, default=str))
+    (work / "scores.json").write_text(json.dumps(
+        {"metrics": outcome.metrics, "average": outcome.average}, indent=1))
+    write_samples(outcome, work / "samples")
+    artifact_path = f"eval/{protocol.name}"
+    for item in ("protocol.json", "scores.json"):
+        tracker.log_artifact(run_id, work / item, artifact_path)
+    tracker.log_artifacts(run_id, work / "tasks", f"{artifact_path}/tasks")
+    tracker.log_artifacts(run_id, work / "samples", f"{artifact_path}/samples")
 
 
 def flat_metrics(protocol: Protocol, outcome: EvalOutcome) -> dict[str, float]:
