@@ -80,9 +80,16 @@ def _get(cfg: DictConfig, key: str) -> Any:
     return value
 
 
+# algo keys that only matter when agents share rollouts (dropped from a single agent's identity,
+# so that e.g. the GSPO run of an agent is the same cell whichever pair asked for it)
+CROSS_AGENT_KEYS = ("alpha", "cross_clip_lower", "delta_step", "capability_window",
+                    "capability_floor", "omega_clamp", "baseline_guard")
+
+
 def training_identity(cfg: DictConfig) -> dict[str, Any]:
-    """The parts of the config that decide what is trained (not where it is logged)."""
-    keep = ("agents", "method", "algo", "profile", "train", "rollout", "task", "seed")
+    """The parts of the config that decide what is trained (not where it is logged or why)."""
+    keep = ("agents", "method", "algo", "profile", "train", "rollout", "task", "seed",
+            "timing_repeat")
     ident: dict[str, Any] = {}
     for key in keep:
         if key in cfg:
@@ -92,6 +99,12 @@ def training_identity(cfg: DictConfig) -> dict[str, Any]:
     ident["engine"] = {"name": cfg.engine.name, "dtype": cfg.engine.dtype}
     if "data_dir" in ident.get("task", {}):
         ident["task"].pop("data_dir")
+    method = METHODS.get(str(cfg.method.name))
+    if method is not None and not method.trains:  # evaluation only: the models are the identity
+        return {k: ident[k] for k in ("agents", "method", "seed", "scale", "task") if k in ident}
+    if method is not None and not method.shares_rollouts:
+        for key in CROSS_AGENT_KEYS:
+            ident.get("algo", {}).pop(key, None)
     return ident
 
 

@@ -107,24 +107,19 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
     teams = [TeamPaths(directory / f"team-{i}") for i in range(len(spec.teams))]
     tracker = Tracker(resolve_uri(c.tracking.uri, spec.output_root), c.tracking.experiment)
     reaped = tracker.reap_dead_runs(spec.config_hash)
+    if not spec.method.trains:
+        return _evaluate_base(spec, tracker)
     if all(t.done.exists() for t in teams) and not c.force:
         print(f"hacrl: job {spec.config_hash} already finished ({directory}); force=true re-trains",
               file=sys.stderr)
-        return {"skipped": True, "run_dir": str(directory)}
+        return {"skipped": True, "run_dir": str(directory),
+                **_evaluate_finished(spec, tracker, directory)}
     if c.force:
         shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.yaml").write_text(OmegaConf.to_yaml(c))
 
-    names = [a.name for a in spec.agents]
-    if names == list(c.pair.agents):
-        pair, setting = str(c.pair.name), str(c.pair.setting)
-    else:  # agents given directly: the team is its own "pair"
-        pair, setting = "+".join(names), "single" if len(names) == 1 else "custom"
-    tags = {"pair": pair, "setting": setting, "method": spec.method.name, "seed": str(c.seed),
-            "scale": str(c.scale.name), "engine": str(c.engine.name), "profile": str(c.profile),
-            "git_commit": git_commit(), "config_hash": spec.config_hash,
-            "hacrl.run_dir": str(directory), "hacrl.kind": "job"}
+    tags = {**_identity_tags(spec), "hacrl.run_dir": str(directory), "hacrl.kind": "job"}
     params = flatten(OmegaConf.to_container(c, resolve=True))  # type: ignore[arg-type]
     job_run = tracker.start_run(f"{spec.method.name}:{tags['pair']}:s{c.seed}", tags, params)
     agent_runs = {a.name: tracker.start_run(a.name, {**tags, "model": a.name, "hacrl.kind": "agent"},
@@ -160,6 +155,75 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
             tracker.finish(run_id, status)
     summary["status"] = status
     return summary
+
+
+def _identity_tags(spec: JobSpec) -> dict[str, str]:
+    """Tags that say what a run is (pair, method, seed, ...) and which sweep cell it serves."""
+    c = spec.cfg
+    names = [a.name for a in spec.agents]
+    if names == list(c.pair.agents):
+        pair, setting = str(c.pair.name), str(c.pair.setting)
+    else:  # agents given directly: the team is its own "pair"
+        pair, setting = "+".join(names), "single" if len(names) == 1 else "custom"
+    tags = {"pair": pair, "setting": setting, "method": spec.method.name, "seed": str(c.seed),
+            "scale": str(c.scale.name), "engine": str(c.engine.name), "profile": str(c.profile),
+            "git_commit": git_commit(), "config_hash": spec.config_hash,
+            "timing_repeat": str(c.get("timing_repeat", 0))}
+    cell = c.get("cell") or {}
+    if cell.get("id"):
+        tags["hacrl.cell"] = str(cell.get("id"))
+        tags["hacrl.sweeps"] = ",".join(str(x) for x in cell.get("sweeps") or [])
+    return tags
+
+
+def _evaluate_base(spec: JobSpec, tracker: Tracker) -> dict[str, Any]:
+    """method=base: evaluate each agent as it is, into its own evaluation run."""
+    from hacrl.evaluation.runner import target_from_model
+
+    c = spec.cfg
+    eval_runs: dict[str, str] = {}
+    final: dict[str, dict[str, float]] = {}
+    for agent in spec.agents:
+        target = target_from_model(tracker, c, agent.name, agent.path)
+        tracker.set_tags(target.run_id, {k: v for k, v in _identity_tags(spec).items()
+                                         if k.startswith("hacrl.cell") or k == "hacrl.sweeps"})
+        status = "FAILED"
+        try:
+            results = evaluate_into_run(c, target.model_path, tracker, target.run_id, 0,
+                                        force=bool(c.force))
+            status = "FINISHED"
+        finally:
+            tracker.finish(target.run_id, status)
+        eval_runs[agent.name] = target.run_id
+        final[agent.name] = {k: v for r in results for k, v in r.metrics.items()}
+    return {"status": "FINISHED", "agent_run_ids": eval_runs, "teams": [{"final": final}],
+            "job_run_id": None, "run_dir": None}
+
+
+def _evaluate_finished(spec: JobSpec, tracker: Tracker, directory: Path) -> dict[str, Any]:
+    """A finished job asked for again: log the evaluations it lacks (e.g. another protocol)."""
+    from hacrl.evaluation.runner import latest_checkpoint
+
+    c = spec.cfg
+    if not c.eval.at_end:
+        return {}
+    query = (f"tags.config_hash = '{spec.config_hash}' and tags.`hacrl.kind` = 'job' "
+             "and attributes.status = 'FINISHED'")
+    runs = tracker.find_runs(query)
+    if not runs:
+        return {}
+    job_run = runs[0].info.run_id
+    children = tracker.find_runs(f"tags.`mlflow.parentRunId` = '{job_run}'")
+    agent_runs = {ch.data.tags.get("model", ""): ch.info.run_id for ch in children}
+    final: dict[str, dict[str, float]] = {}
+    for agent in spec.agents:
+        found = latest_checkpoint(directory, agent.name)
+        model = str(found[1]) if found else agent.path
+        step = found[0] if found else 0
+        if agent.name in agent_runs:
+            results = evaluate_into_run(c, model, tracker, agent_runs[agent.name], step)
+            final[agent.name] = {k: v for r in results for k, v in r.metrics.items()}
+    return {"job_run_id": job_run, "agent_run_ids": agent_runs, "teams": [{"final": final}]}
 
 
 def _previous_job_run(tracker: Tracker, spec: JobSpec, current: str,

@@ -25,6 +25,7 @@ class MethodSpec:
     rollout_multiplier: G is multiplied by this (gspo_x2 samples 16 instead of 8).
     minibatch_divisor: mini-batch prompts are divided by this (x2 methods double the updates).
     clip_low, clip_high: default own-sample clip range of the method.
+    trains: False for `base`, the model as it is (evaluation only; Table 1's first rows).
     """
 
     name: str
@@ -41,6 +42,7 @@ class MethodSpec:
     minibatch_divisor: int = 1
     clip_low: float = 3e-4
     clip_high: float = 4e-4
+    trains: bool = True
 
 
 METHODS: dict[str, MethodSpec] = {}
@@ -61,6 +63,7 @@ def get_method(name: str) -> MethodSpec:
         raise KeyError(f"unknown method {name!r}; registered: {', '.join(sorted(METHODS))}") from None
 
 
+register_method(MethodSpec("base", "the model before RL: evaluation only", trains=False))
 register_method(MethodSpec("grpo", "GRPO: token ratio, group-relative advantage", ratio="token",
                            loss_agg="token-mean", clip_low=0.2, clip_high=0.28))
 register_method(MethodSpec("gspo", "GSPO: sequence ratio, group-relative advantage"))
