@@ -1,4 +1,4 @@
-"""The `hacrl` command: train, eval, data, zoo build, ui, bench."""
+"""The `hacrl` command: train, sweep, status, eval, data, zoo build, ui, bench."""
 
 from __future__ import annotations
 
@@ -75,6 +75,56 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace, overrides: list[str]) -> int:
+    from hacrl.config import ConfigError
+    from hacrl.sweep.cells import sweep_file
+
+    try:
+        sweep_file(args.name)
+    except ConfigError as err:
+        print(f"hacrl: sweep: {err}", file=sys.stderr)
+        return 2
+    from hacrl import train
+
+    argv = sys.argv
+    sys.argv = ["hacrl.train", "-m", f"+sweep={args.name}", *overrides]
+    try:
+        train.main()
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.argv = argv
+    return 0
+
+
+def _status(args: argparse.Namespace, overrides: list[str]) -> int:
+    from hacrl.config import ConfigError, compose
+    from hacrl.sweep.state import cell_status, format_table, read_manifest
+    from hacrl.tracking import Tracker
+
+    try:
+        cfg = compose(overrides)
+    except ConfigError as err:
+        print(f"hacrl: status: {err}", file=sys.stderr)
+        return 2
+    sweep_dir = Path(os.path.expanduser(str(cfg.output_root))).resolve() / "sweeps" / args.name
+    manifest, cells = read_manifest(sweep_dir)
+    if not cells:
+        print(f"hacrl: status: sweep {args.name} has not started in {sweep_dir.parent}; "
+              f"run `hacrl sweep {args.name}` (or pass output_root=...)", file=sys.stderr)
+        return 2
+    tracker = Tracker(manifest["tracking_uri"], str(cfg.tracking.experiment))
+    tracker.reap_dead_runs()  # a run whose process died is KILLED, not RUNNING
+    rows = [cell_status(cell, sweep_dir, tracker) for cell in cells]
+    print(format_table(rows))
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    print(f"{args.name}: {len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(
+        counts.items())) + f" (asked {manifest.get('asked')}, state in {sweep_dir})")
+    return 0
+
+
 def _zoo(args: argparse.Namespace) -> int:
     import logging
 
@@ -133,6 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--limit", type=int, default=None,
                     help="first N problems per benchmark (quick checks only)")
     ev.add_argument("overrides", nargs="*", help="hydra overrides, e.g. protocol=ablation scale=paper")
+    sweep = sub.add_parser("sweep", help="run a paper sweep (sweeps/<name>.yaml): hacrl sweep "
+                           "table1 [overrides], e.g. scale=paper launcher=slurm")
+    sweep.add_argument("name", help="table1 table2 table3 alpha seeds cost table9 figure3 "
+                       "schedules paper")
+    sweep.add_argument("overrides", nargs="*")
+    status = sub.add_parser("status", help="the table of a sweep's cells (while it runs or after)")
+    status.add_argument("name")
+    status.add_argument("overrides", nargs="*", help="e.g. output_root=... (where it ran)")
     from hacrl.data.cli import add_parser as add_data_parser
 
     add_data_parser(sub)
@@ -160,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         return _train([*args.overrides, *unknown])
     if args.command == "eval":
         return _eval(args, [*args.overrides, *unknown])
+    if args.command == "sweep":
+        return _sweep(args, [*args.overrides, *unknown])
+    if args.command == "status":
+        return _status(args, [*args.overrides, *unknown])
     if args.command == "data":
         from hacrl.data.cli import run as run_data
 

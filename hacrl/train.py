@@ -11,15 +11,24 @@ from hacrl.config import CONFIG_DIR, ConfigError, validate
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> object:
+    from hydra.core.hydra_config import HydraConfig
+
     from hacrl.job import run_job
+
+    if (cfg.get("cell") or {}).get("id"):  # a cell launched by a sweep (hacrl/sweep)
+        from pathlib import Path
+
+        from hacrl.sweep.job import run_cell
+
+        return run_cell(cfg, Path(str(HydraConfig.get().sweep.dir)))
 
     try:
         spec = validate(cfg)
     except ConfigError as err:
         print(f"hacrl: config error: {err}", file=sys.stderr)
         sys.exit(2)
-    run_job(spec)
+    return run_job(spec)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,184 @@
+"""Sweep definitions -> distinct cells.
+
+A sweep (sweeps/<name>.yaml) lists grids: each grid maps config keys to the values to combine
+(a cartesian product), plus optional `protocol` (evaluation protocols the cells need), `fixed`
+(overrides every cell of the grid gets) and `cost` (timing cells: run alone, `repeats` times).
+`include` pulls in other sweeps' grids, so `paper` is the union of all tables.
+
+A cell is one training job, identified by the hash of its resolved training config
+(`hacrl.config.config_hash`), not by the table that asked for it: single-agent methods are
+trained per agent (the GSPO run of Qwen3-4B-Base serves Tables 1 and 9 and every pair it is
+in), and a cell asked for by several grids is trained once and evaluated once per protocol.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from hacrl.algo.methods import METHODS
+from hacrl.config import CONFIG_DIR, ConfigError, config_hash
+
+SWEEP_DIR = CONFIG_DIR / "sweep"  # a link to the repository's sweeps/
+GRID_KEYS = ("protocol", "fixed", "cost")
+
+Compose = Callable[[list[str]], DictConfig]
+
+
+@dataclass
+class Cell:
+    """One distinct training (or, for method=base, evaluation-only) job of a sweep."""
+
+    id: str
+    overrides: list[str]              # what makes this cell (besides the sweep's command line)
+    method: str
+    agents: list[str]
+    seed: int
+    sweeps: list[str] = field(default_factory=list)
+    protocols: list[str] = field(default_factory=list)
+    cost: bool = False                 # a timing cell: runs alone, after the others
+    estimate: float = 1.0              # relative cost, for scheduling longest first
+    # facts for deciding "done" without composing again (filled from the resolved config)
+    trains: bool = True
+    run_dir: str = ""
+    model_paths: dict[str, str] = field(default_factory=dict)
+    protocol_keys: dict[str, str] = field(default_factory=dict)
+    scale: str = ""
+
+    @property
+    def label(self) -> str:
+        extra = [o for o in self.overrides
+                 if not o.startswith(("pair=", "method=", "agents=", "seed=", "eval.use="))]
+        agents = "+".join(self.agents)
+        return " ".join([self.method, agents, f"s{self.seed}", *extra])
+
+    def job_overrides(self) -> list[str]:
+        """Overrides of the launched job: the cell's own, its protocols and its identity tags."""
+        return [*self.overrides, f"eval.use=[{','.join(self.protocols)}]", f"cell.id={self.id}",
+                f"cell.sweeps=[{','.join(self.sweeps)}]"]
+
+
+def sweep_file(name: str) -> Path:
+    path = SWEEP_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+        raise ConfigError(f"sweep {name!r}: no sweeps/{name}.yaml; known: {', '.join(known)}")
+    return path
+
+
+def load_grids(name: str, seen: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
+    """(sweep name, grid) pairs of a sweep, its includes expanded (each sweep once)."""
+    if name in seen:
+        return []
+    node = OmegaConf.load(sweep_file(name))
+    sweeper = OmegaConf.select(node, "hydra.sweeper") or {}
+    grids: list[tuple[str, dict[str, Any]]] = []
+    for included in sweeper.get("include") or []:
+        grids += load_grids(str(included), (*seen, name))
+    for grid in sweeper.get("grids") or []:
+        plain = OmegaConf.to_container(grid, resolve=False)
+        assert isinstance(plain, dict)
+        grids.append((name, plain))
+    return grids
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, list):
+        return "[" + ",".join(str(x) for x in v) + "]"
+    return str(v)
+
+
+def with_values(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """A copy of `cfg` with plain `key=value` overrides applied (no config groups)."""
+    import yaml
+
+    out = cfg.copy()
+    for override in overrides:
+        key, _, raw = override.partition("=")
+        value = raw if raw.startswith("${") else yaml.safe_load(raw)
+        OmegaConf.update(out, key, value, force_add=True)
+    return out
+
+
+def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
+    from hacrl.config import model_path
+    from hacrl.evaluation import Protocol
+
+    method = METHODS[cell.method]
+    cell.trains = method.trains
+    root = Path(str(cfg.output_root)).expanduser().resolve()
+    cell.run_dir = str(root / "runs" / f"{cell.id}-{cell.method}")
+    cell.model_paths = {a: model_path(cfg, i, a) for i, a in enumerate(cell.agents)}
+    cell.scale = str(cfg.scale.name)
+    cell.protocol_keys = {str(name): Protocol.from_config(node).key
+                          for name, node in cfg.eval.protocols.items()}
+
+
+def _estimate(cfg: DictConfig, n_agents: int) -> float:
+    """Relative cost of a cell: steps x agents x rollouts (x2 for shared rollouts)."""
+    method = METHODS[str(cfg.method.name)]
+    if not method.trains:
+        return 0.05 * n_agents
+    sharing = 2.0 if method.shares_rollouts else 1.0
+    return (float(cfg.train.steps) * n_agents * method.rollout_multiplier * sharing
+            + 10.0 * n_agents)  # + evaluation
+
+
+@dataclass
+class Expansion:
+    cells: list[Cell]
+    asked: int  # cells the grids ask for before deduplication
+
+
+def expand(name: str, compose: Compose) -> Expansion:
+    """The distinct cells of sweep `name`, in first-asked order."""
+    cells: dict[str, Cell] = {}
+    asked = 0
+    for sweep, grid in load_grids(name):
+        unknown = [k for k in grid if k in ("include", "grids")]
+        if unknown:
+            raise ConfigError(f"sweeps/{sweep}.yaml: {unknown[0]} belongs under hydra.sweeper")
+        protocols = [str(p) for p in grid.get("protocol") or ["main"]]
+        fixed = [str(o) for o in grid.get("fixed") or []]
+        cost = grid.get("cost") or {}
+        repeats = int(cost.get("repeats", 3)) if cost else 1
+        axes = {k: v if isinstance(v, list) else [v] for k, v in grid.items() if k not in GRID_KEYS}
+        for combo in itertools.product(*axes.values()):
+            base = [f"{k}={_value(v)}" for k, v in zip(axes, combo, strict=True)] + fixed
+            cfg = compose(base)
+            method = METHODS.get(str(cfg.method.name))
+            if method is None:
+                raise ConfigError(f"sweeps/{sweep}.yaml: method={cfg.method.name} is not registered")
+            agents = [str(a) for a in cfg.agents]
+            teams = [agents] if method.shares_rollouts else [[a] for a in agents]
+            for team in teams:
+                team_overrides = base if team == agents else [*base, f"agents=[{','.join(team)}]"]
+                for repeat in range(repeats):
+                    asked += 1
+                    extra = [f"agents=[{','.join(team)}]"] if team != agents else []
+                    if cost:
+                        extra += [f"timing_repeat={repeat}", "eval.at_end=false",
+                                  *[str(o) for o in cost.get("overrides") or []]]
+                    overrides = [*team_overrides, *extra[1 if team != agents else 0:]]
+                    # plain key=value overrides are applied in memory: composing costs ~0.1 s
+                    cell_cfg = with_values(cfg, extra) if extra else cfg
+                    key = config_hash(cell_cfg)
+                    cell = cells.get(key)
+                    if cell is None:
+                        cell = cells[key] = Cell(key, overrides, method.name, team,
+                                                 int(cell_cfg.seed), cost=bool(cost),
+                                                 estimate=_estimate(cell_cfg, len(team)))
+                        _fill_facts(cell, cell_cfg)
+                    if sweep not in cell.sweeps:
+                        cell.sweeps.append(sweep)
+                    if not cost:
+                        cell.protocols += [p for p in protocols if p not in cell.protocols]
+    for cell in cells.values():
+        if not cell.protocols:
+            cell.protocols = ["main"]  # timing cells evaluate nothing; the list is never empty
+    return Expansion(list(cells.values()), asked)

@@ -1,0 +1,171 @@
+"""One `hacrl sweep`: expand, deduplicate, skip what is done, launch the rest, report.
+
+Launch: with a local launcher (submitit local, or Hydra's in-process basic one) cells go one job
+per `launch` call from a pool of `parallel` threads, longest first, so a short cell never waits
+for a long one; with a cluster launcher (SLURM) all pending cells go as one job array. A failed
+job is recorded and the others go on. The timing (cost) cells run last, one at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from hacrl.sweep.cells import Cell, expand
+from hacrl.sweep.state import cell_status, format_table, write_json, write_manifest
+from hacrl.tracking import Tracker, resolve_uri
+
+LOCAL_LAUNCHERS = ("LocalLauncher", "BasicLauncher")
+
+
+class SweepFailed(RuntimeError):
+    """Some cells failed (the table above says which); the others finished."""
+
+
+def auto_parallel(threads_per_job: int, mem_per_job_gb: float) -> int:
+    """Jobs this machine runs at once: by cores (each job's threads) and by memory."""
+    import psutil
+
+    cores = os.cpu_count() or 1
+    by_cores = max(1, cores // max(1, threads_per_job))
+    by_memory = max(1, int(psutil.virtual_memory().available / 2**30 // max(mem_per_job_gb, 0.1)))
+    return min(by_cores, by_memory)
+
+
+def say(message: str) -> None:
+    print(f"[hacrl sweep] {message}", file=sys.stderr, flush=True)
+
+
+class SweepRun:
+    def __init__(self, config: DictConfig, config_loader: Any, launcher: Any,
+                 arguments: list[str], name: str, parallel: Any, mem_per_job_gb: float,
+                 cost_threads: int) -> None:
+        self.config = config
+        self.loader = config_loader
+        self.launcher = launcher
+        self.arguments = arguments
+        self.name = name
+        self.parallel_setting = parallel
+        self.mem_per_job_gb = mem_per_job_gb
+        self.cost_threads = cost_threads
+        self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+
+    def with_arguments(self, overrides: list[str]) -> list[str]:
+        """The command line's overrides, then the cell's (a key the command line sets wins)."""
+        given = {a.split("=", 1)[0].lstrip("+~") for a in self.arguments}
+        own = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in given]
+        return [*self.arguments, *own]
+
+    def compose(self, overrides: list[str]) -> DictConfig:
+        cfg = self.loader.load_sweep_config(self.config, self.with_arguments(overrides))
+        assert isinstance(cfg, DictConfig)
+        return cfg
+
+    def execute(self) -> list[dict[str, Any]]:
+        started = time.perf_counter()
+        expansion = expand(self.name, self.compose)
+        cells = expansion.cells
+        first = self.compose([])
+        output_root = Path(str(first.output_root)).expanduser().resolve()
+        uri = resolve_uri(first.tracking.uri, output_root)
+        tracker = Tracker(uri, str(first.tracking.experiment))  # the store exists before any job
+        tracker.reap_dead_runs()
+        write_manifest(self.sweep_dir, self.name, self.arguments, cells, expansion.asked, uri)
+        say(f"{self.name}: {expansion.asked} cells asked, {len(cells)} distinct "
+            f"({expansion.asked - len(cells)} saved by deduplication); store {uri}; "
+            f"state in {self.sweep_dir} ({time.perf_counter() - started:.1f} s)")
+
+        before = {c.id: cell_status(c, self.sweep_dir, tracker) for c in cells}
+        skipped = {cid for cid, row in before.items() if row["status"] == "done"}
+        elsewhere = {cid for cid, row in before.items() if row["status"] == "running"}
+        todo = [c for c in cells if c.id not in skipped | elsewhere]
+        say(f"{len(skipped)} done already, {len(elsewhere)} running elsewhere, {len(todo)} to run")
+        outcome: dict[str, str] = {}
+        main = sorted((c for c in todo if not c.cost), key=lambda c: -c.estimate)
+        cost = [c for c in todo if c.cost]
+        index = {c.id: i for i, c in enumerate(cells)}
+        threads_per_job = int(first.engine.get("threads") or 1)
+        self._launch(main, index, outcome, self._parallel(threads_per_job), [])
+        if cost:
+            say(f"timing cells: {len(cost)} alone, one at a time, {self.cost_threads} thread(s)")
+            self._launch(cost, index, outcome, 1, [f"engine.threads={self.cost_threads}"])
+
+        tracker.reap_dead_runs()
+        rows = []
+        for cell in cells:
+            row = cell_status(cell, self.sweep_dir, tracker)
+            if cell.id in skipped:
+                row["status"] = "skipped"
+            elif row["status"] != "done" and outcome.get(cell.id) == "failed":
+                row["status"] = "failed"
+            rows.append(row)
+        write_json(self.sweep_dir / "status.json", {"sweep": self.name, "rows": rows,
+                                                     "seconds": time.perf_counter() - started})
+        print(format_table(rows), flush=True)
+        failed = [r for r in rows if r["status"] in ("failed", "killed", "incomplete", "pending")]
+        counts = {s: sum(r["status"] == s for r in rows) for s in
+                  ("done", "skipped", "failed", "running")}
+        say(f"{self.name}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) +
+            f" in {time.perf_counter() - started:.0f} s; `hacrl status {self.name}` shows this "
+            "table again")
+        if failed:
+            raise SweepFailed(f"{len(failed)} of {len(rows)} cells did not finish: "
+                              + ", ".join(f"{r['cell']} ({r['status']})" for r in failed[:10]))
+        return rows
+
+    def _parallel(self, threads_per_job: int) -> int:
+        if type(self.launcher).__name__ == "BasicLauncher":
+            return 1  # in-process: one job at a time
+        if self.parallel_setting in (None, "auto"):
+            return auto_parallel(threads_per_job, self.mem_per_job_gb)
+        return max(1, int(self.parallel_setting))
+
+    def _launch(self, cells: list[Cell], index: dict[str, int], outcome: dict[str, str],
+                parallel: int, extra: list[str]) -> None:
+        if not cells:
+            return
+        if type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
+            say(f"submitting {len(cells)} cells as one job array")
+            try:
+                returns = self.launcher.launch(
+                    [self.with_arguments([*c.job_overrides(), *extra]) for c in cells],
+                    initial_job_idx=0)
+                for cell, ret in zip(cells, returns, strict=True):
+                    outcome[cell.id] = "done" if _ok(ret) else "failed"
+            except Exception as err:  # a job failed: the table is built from the artifacts
+                say(f"job array ended with an error: {str(err).splitlines()[0] if str(err) else err}")
+                for cell in cells:
+                    outcome.setdefault(cell.id, "failed")
+            return
+        say(f"running {len(cells)} cells, {parallel} at a time")
+        done = 0
+
+        def one(cell: Cell) -> tuple[Cell, str, float]:
+            tic = time.perf_counter()
+            try:
+                (ret,) = self.launcher.launch(
+                    [self.with_arguments([*cell.job_overrides(), *extra])],
+                    initial_job_idx=index[cell.id])
+                return cell, "done" if _ok(ret) else "failed", time.perf_counter() - tic
+            except Exception:
+                return cell, "failed", time.perf_counter() - tic
+
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            futures = [pool.submit(one, c) for c in cells]
+            for future in as_completed(futures):
+                cell, status, seconds = future.result()
+                outcome[cell.id] = status
+                done += 1
+                say(f"[{done}/{len(cells)}] {status:<6} {cell.id} {cell.label} ({seconds:.0f} s)")
+
+
+def _ok(ret: Any) -> bool:
+    from hydra.core.utils import JobStatus
+
+    return getattr(ret, "status", None) == JobStatus.COMPLETED

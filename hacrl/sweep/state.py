@@ -1,0 +1,127 @@
+"""Where a sweep keeps its state, and whether a cell is done.
+
+<output_root>/sweeps/<name>/            (hydra.sweep.dir)
+    manifest.json                       the distinct cells, written before any job starts
+    cells/<cell id>.json                written by the job: running / done / failed, pid, log
+    status.json                         the final table of the last `hacrl sweep`
+    .submitit/<job id>/                 submitit's own files and logs (local and SLURM)
+
+"Done" is decided from the artifacts themselves, never from the sweep's memory: a training
+cell is done when its run directory has DONE.json and its agent runs hold every protocol it
+needs (same key); a base cell when each agent's evaluation run holds them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from hacrl.sweep.cells import Cell
+from hacrl.tracking import Tracker, _pid_alive
+
+
+def manifest_path(sweep_dir: Path) -> Path:
+    return sweep_dir / "manifest.json"
+
+
+def cell_state_path(sweep_dir: Path, cell_id: str) -> Path:
+    return sweep_dir / "cells" / f"{cell_id}.json"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def write_manifest(sweep_dir: Path, name: str, arguments: list[str], cells: list[Cell],
+                   asked: int, tracking_uri: str) -> None:
+    write_json(manifest_path(sweep_dir), {
+        "sweep": name, "arguments": arguments, "created": time.time(), "asked": asked,
+        "tracking_uri": tracking_uri, "cells": [asdict(c) for c in cells]})
+
+
+def read_manifest(sweep_dir: Path) -> tuple[dict[str, Any], list[Cell]]:
+    data = read_json(manifest_path(sweep_dir))
+    return data, [Cell(**c) for c in data.get("cells", [])]
+
+
+def _evaluated(tracker: Tracker, run_id: str, cell: Cell) -> bool:
+    tags = tracker.client.get_run(run_id).data.tags
+    return all(tags.get(f"hacrl.eval.{p}.key") == cell.protocol_keys.get(p) for p in cell.protocols)
+
+
+def artifacts_status(cell: Cell, tracker: Tracker) -> tuple[str, str]:
+    """("done" | "trained" | "absent", MLflow run id(s)) from run directory and store alone."""
+    if not cell.trains:
+        ids = []
+        for agent, path in cell.model_paths.items():
+            runs = tracker.find_runs(f"tags.`hacrl.kind` = 'eval' and tags.`hacrl.model_path` = "
+                                     f"'{path}' and tags.scale = '{cell.scale}'")
+            if not runs or not _evaluated(tracker, runs[0].info.run_id, cell):
+                return "absent", ""
+            ids.append(runs[0].info.run_id)
+        return "done", ",".join(ids)
+    run_dir = Path(cell.run_dir)
+    teams = sorted(run_dir.glob("team-*"))
+    if not teams or not all((t / "DONE.json").exists() for t in teams):
+        return "absent", ""
+    runs = tracker.find_runs(f"tags.config_hash = '{cell.id}' and tags.`hacrl.kind` = 'job' "
+                             "and attributes.status = 'FINISHED'")
+    if not runs:
+        return "trained", ""
+    job = runs[0].info.run_id
+    if cell.cost:
+        return "done", job
+    children = tracker.find_runs(f"tags.`mlflow.parentRunId` = '{job}'")
+    if len(children) >= len(cell.agents) and all(_evaluated(tracker, ch.info.run_id, cell)
+                                                  for ch in children):
+        return "done", job
+    return "trained", job
+
+
+def cell_status(cell: Cell, sweep_dir: Path, tracker: Tracker) -> dict[str, Any]:
+    """The cell's row: status done / running / failed / killed / pending, run id, log path."""
+    state = read_json(cell_state_path(sweep_dir, cell.id))
+    found, run_id = artifacts_status(cell, tracker)
+    row = {"cell": cell.id, "what": cell.label, "sweeps": ",".join(cell.sweeps),
+           "run": run_id or state.get("run", ""), "log": state.get("log", ""),
+           "seconds": state.get("seconds")}
+    if found == "done":
+        return {**row, "status": "done"}
+    status = state.get("status", "pending")
+    if status == "running":
+        alive = state.get("host") == socket.gethostname() and _pid_alive(int(state.get("pid", 0)))
+        status = "running" if alive or state.get("host") != socket.gethostname() else "killed"
+    elif status == "done":
+        status = "incomplete"  # the job ended but its results are not all there (e.g. removed)
+    return {**row, "status": status, "error": state.get("error", "")}
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    cols = [("status", 10), ("cell", 12), ("what", 44), ("run", 32), ("log", 0)]
+    lines = ["  ".join(f"{name:<{width}}" if width else name for name, width in cols)]
+    for row in rows:
+        what = str(row.get("what", ""))
+        what = what if len(what) <= 44 else what[:41] + "..."
+        values = [str(row.get("status", "")), str(row.get("cell", "")), what,
+                  str(row.get("run", ""))[:32], str(row.get("log", ""))]
+        lines.append("  ".join(f"{v:<{w}}" if w else v for v, (_, w) in zip(values, cols,
+                                                                             strict=True)))
+        if row.get("error") and row.get("status") in ("failed", "killed"):
+            lines.append(f"{'':<12}error: {row['error']}")
+    return "\n".join(lines)

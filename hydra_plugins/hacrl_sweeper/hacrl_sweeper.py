@@ -1,0 +1,59 @@
+"""The `hacrl` Hydra sweeper: a thin plugin shell around `hacrl.sweep.run.SweepRun`.
+
+Selected by a sweep config (`override /hydra/sweeper: hacrl`); Hydra requires sweeper classes
+to live in the `hydra_plugins` package, the logic lives in hacrl/sweep/.
+"""
+
+# No `from __future__ import annotations`: Hydra loads plugin modules without registering them
+# in sys.modules, and dataclasses then cannot resolve string annotations.
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+@dataclass
+class HacrlSweeperConf:
+    _target_: str = "hydra_plugins.hacrl_sweeper.hacrl_sweeper.HacrlSweeper"
+    name: str = "sweep"
+    include: List[str] = field(default_factory=list)  # noqa: UP006 (OmegaConf schema)
+    grids: List[Any] = field(default_factory=list)  # noqa: UP006
+    # jobs at a time with a local launcher; "auto" sizes it to the cores and memory
+    parallel: Any = "auto"
+    mem_per_job_gb: float = 2.0
+    # thread count of the timing (cost) cells, which run alone after all others
+    cost_threads: int = 1
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="hacrl", node=HacrlSweeperConf,
+                             provider="hacrl")
+
+
+class HacrlSweeper(Sweeper):
+    def __init__(self, name: str, include: List[str], grids: List[Any],  # noqa: UP006
+                 parallel: Any, mem_per_job_gb: float, cost_threads: int) -> None:
+        self.settings = {"name": name, "parallel": parallel, "mem_per_job_gb": mem_per_job_gb,
+                         "cost_threads": cost_threads}
+        self.config: Optional[DictConfig] = None  # noqa: UP045
+        self.hydra_context: Optional[HydraContext] = None  # noqa: UP045
+        self.launcher: Any = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:  # noqa: UP006
+        from hacrl.sweep.run import SweepRun
+
+        assert self.config is not None and self.hydra_context is not None
+        run = SweepRun(self.config, self.hydra_context.config_loader, self.launcher,
+                       arguments, **self.settings)
+        return run.execute()
