@@ -83,7 +83,7 @@ def load_grids(name: str, seen: tuple[str, ...] = ()) -> list[tuple[str, dict[st
     for grid in sweeper.get("grids") or []:
         plain = OmegaConf.to_container(grid, resolve=False)
         assert isinstance(plain, dict)
-        grids.append((name, plain))
+        grids.append((name, {str(k): v for k, v in plain.items()}))
     return grids
 
 

@@ -45,7 +45,7 @@ def say(message: str) -> None:
 class SweepRun:
     def __init__(self, config: DictConfig, config_loader: Any, launcher: Any,
                  arguments: list[str], name: str, parallel: Any, mem_per_job_gb: float,
-                 cost_threads: int) -> None:
+                 cost_threads: int, dry_run: bool = False) -> None:
         self.config = config
         self.loader = config_loader
         self.launcher = launcher
@@ -54,6 +54,7 @@ class SweepRun:
         self.parallel_setting = parallel
         self.mem_per_job_gb = mem_per_job_gb
         self.cost_threads = cost_threads
+        self.dry_run = dry_run
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
 
     def with_arguments(self, overrides: list[str]) -> list[str]:
@@ -86,6 +87,10 @@ class SweepRun:
         elsewhere = {cid for cid, row in before.items() if row["status"] == "running"}
         todo = [c for c in cells if c.id not in skipped | elsewhere]
         say(f"{len(skipped)} done already, {len(elsewhere)} running elsewhere, {len(todo)} to run")
+        if self.dry_run:
+            rows = [before[c.id] for c in cells]
+            print(format_table(rows), flush=True)
+            return rows
         outcome: dict[str, str] = {}
         main = sorted((c for c in todo if not c.cost), key=lambda c: -c.estimate)
         cost = [c for c in todo if c.cost]

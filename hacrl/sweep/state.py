@@ -69,7 +69,7 @@ def artifacts_status(cell: Cell, tracker: Tracker) -> tuple[str, str]:
     """("done" | "trained" | "absent", MLflow run id(s)) from run directory and store alone."""
     if not cell.trains:
         ids = []
-        for agent, path in cell.model_paths.items():
+        for path in cell.model_paths.values():
             runs = tracker.find_runs(f"tags.`hacrl.kind` = 'eval' and tags.`hacrl.model_path` = "
                                      f"'{path}' and tags.scale = '{cell.scale}'")
             if not runs or not _evaluated(tracker, runs[0].info.run_id, cell):

@@ -7,7 +7,7 @@ to live in the `hydra_plugins` package, the logic lives in hacrl/sweep/.
 # No `from __future__ import annotations`: Hydra loads plugin modules without registering them
 # in sys.modules, and dataclasses then cannot resolve string annotations.
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, List, Optional  # noqa: UP035 (OmegaConf schemas)
 
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
@@ -26,6 +26,8 @@ class HacrlSweeperConf:
     mem_per_job_gb: float = 2.0
     # thread count of the timing (cost) cells, which run alone after all others
     cost_threads: int = 1
+    # list the cells and what is done, launch nothing
+    dry_run: bool = False
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="hacrl", node=HacrlSweeperConf,
@@ -34,9 +36,10 @@ ConfigStore.instance().store(group="hydra/sweeper", name="hacrl", node=HacrlSwee
 
 class HacrlSweeper(Sweeper):
     def __init__(self, name: str, include: List[str], grids: List[Any],  # noqa: UP006
-                 parallel: Any, mem_per_job_gb: float, cost_threads: int) -> None:
+                 parallel: Any, mem_per_job_gb: float, cost_threads: int,
+                 dry_run: bool = False) -> None:
         self.settings = {"name": name, "parallel": parallel, "mem_per_job_gb": mem_per_job_gb,
-                         "cost_threads": cost_threads}
+                         "cost_threads": cost_threads, "dry_run": dry_run}
         self.config: Optional[DictConfig] = None  # noqa: UP045
         self.hydra_context: Optional[HydraContext] = None  # noqa: UP045
         self.launcher: Any = None
