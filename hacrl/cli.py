@@ -80,7 +80,8 @@ def _sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.sweep.cells import sweep_file
 
     try:
-        sweep_file(args.name)
+        if not any(o.startswith("hydra.searchpath") for o in overrides):
+            sweep_file(args.name)  # (a user's folder on hydra.searchpath is checked later)
     except ConfigError as err:
         print(f"hacrl: sweep: {err}", file=sys.stderr)
         return 2

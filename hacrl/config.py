@@ -113,8 +113,11 @@ def config_hash(cfg: DictConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def model_path(cfg: DictConfig, index: int, name: str) -> str:
-    """Local directory or hub id of catalog model `name` at the config's scale."""
+def model_path(cfg: DictConfig, index: int, name: str, check: bool = True) -> str:
+    """Local directory or hub id of catalog model `name` at the config's scale.
+
+    `check` (the default) requires a local model to be there, with its tokenizer.
+    """
     catalog = cfg.models
     if name not in catalog:
         raise ConfigError(f"agents[{index}]={name}: not in models/catalog.yaml; known models: "
@@ -127,7 +130,7 @@ def model_path(cfg: DictConfig, index: int, name: str) -> str:
     root = cfg.scale.get("model_root")
     path = str(Path(root) / entry) if root else str(entry)
     local = Path(path)
-    if root or local.is_absolute() or local.exists():
+    if check and (root or local.is_absolute() or local.exists()):
         if not (local / "config.json").is_file():
             hint = "build the zoo with `hacrl zoo build`" if scale == "tiny" else "check the path"
             raise ConfigError(f"agents[{index}]={name}: no model at {local} (scale={scale}); {hint}")

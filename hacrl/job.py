@@ -136,6 +136,7 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
     summary: dict[str, Any] = {"job_run_id": job_run, "agent_run_ids": agent_runs,
                                "run_dir": str(directory), "teams": team_results}
     started = time.perf_counter()
+    train_seconds = [0.0, 0.0]  # training loop, end-of-job evaluation
     try:
         total = int(c.train.steps) * len(teams)
         with tqdm(total=total, disable=not progress, desc=spec.method.name, unit="step",
@@ -143,7 +144,12 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
             for team_agents, paths in zip(spec.teams, teams, strict=True):
                 result = _run_team(spec, team_agents, paths, tracker, agent_runs, previous, bar)
                 team_results.append(result)
+                train_seconds[0] += float(result.get("train_s", 0.0))
+                train_seconds[1] += float(result.get("eval_s", 0.0))
         tracker.log_metrics(job_run, {"time/wall_s": time.perf_counter() - started,
+                                      "time/train_s": train_seconds[0],
+                                      "time/eval_s": train_seconds[1],
+                                      "time/tracking_s": tracker.busy_s,
                                       **peak_memory_metrics()}, step=int(c.train.steps))
         status = "FINISHED"
     except (KeyboardInterrupt, _Terminated):
@@ -154,6 +160,8 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
         for run_id in [*agent_runs.values(), job_run]:
             tracker.finish(run_id, status)
     summary["status"] = status
+    summary["tracking_s"] = tracker.busy_s
+    summary["train_s"], summary["eval_s"] = train_seconds
     return summary
 
 
@@ -295,8 +303,10 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
         bar.set_postfix_str(" ".join(f"{a.name}={m['reward/mean']:.2f}"
                                      for a, m in zip(agents, result.agent_metrics, strict=True)))
         bar.update(1)
+    train_s = time.perf_counter() - job_start
 
     final: dict[str, dict[str, float]] = {}
+    eval_start = time.perf_counter()
     if c.eval.at_end:
         # free the training engines first: evaluation loads each final checkpoint itself
         # (on GPUs, vLLM needs the memory)
@@ -316,7 +326,8 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
     result_json = {"agents": agents_done, "steps": steps, "final": final}
     paths.root.mkdir(parents=True, exist_ok=True)  # steps=0 (evaluation only) saved nothing yet
     paths.done.write_text(json.dumps(result_json, indent=1))
-    return result_json
+    # seconds of this process (not of an earlier, resumed one): for the overhead benchmark
+    return {**result_json, "train_s": train_s, "eval_s": time.perf_counter() - eval_start}
 
 
 def _release_memory() -> None:

@@ -52,10 +52,19 @@ class Cell:
 
     @property
     def label(self) -> str:
-        extra = [o for o in self.overrides
-                 if not o.startswith(("pair=", "method=", "agents=", "seed=", "eval.use="))]
-        agents = "+".join(self.agents)
-        return " ".join([self.method, agents, f"s{self.seed}", *extra])
+        """Short description: method, agents, seed and what else sets this cell apart."""
+        extra = []
+        for override in self.overrides:
+            key, _, value = override.partition("=")
+            if key in ("pair", "method", "agents", "seed", "eval.use", "eval.at_end"):
+                continue
+            if key == "timing_repeat":
+                extra.append(f"repeat {value}")
+            elif value.startswith("${scale."):
+                extra.append(f"{key.split('.')[-1]}={value[8:-1]}")  # steps=cost_steps
+            else:
+                extra.append(f"{key.split('.')[-1]}={value}")
+        return " ".join([self.method, "+".join(self.agents), f"s{self.seed}", *extra])
 
     def job_overrides(self) -> list[str]:
         """Overrides of the launched job: the cell's own, its protocols and its identity tags."""
@@ -63,23 +72,25 @@ class Cell:
                 f"cell.sweeps=[{','.join(self.sweeps)}]"]
 
 
-def sweep_file(name: str) -> Path:
-    path = SWEEP_DIR / f"{name}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
-        raise ConfigError(f"sweep {name!r}: no sweeps/{name}.yaml; known: {', '.join(known)}")
-    return path
+def sweep_file(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Path:
+    """sweeps/<name>.yaml, or <dir>/<name>.yaml of a user's config folder on hydra.searchpath."""
+    for folder in dirs:
+        if (folder / f"{name}.yaml").is_file():
+            return folder / f"{name}.yaml"
+    known = sorted({p.stem for folder in dirs for p in folder.glob("*.yaml")})
+    raise ConfigError(f"sweep {name!r}: no sweeps/{name}.yaml; known: {', '.join(known)}")
 
 
-def load_grids(name: str, seen: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
+def load_grids(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,),
+               seen: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
     """(sweep name, grid) pairs of a sweep, its includes expanded (each sweep once)."""
     if name in seen:
         return []
-    node = OmegaConf.load(sweep_file(name))
+    node = OmegaConf.load(sweep_file(name, dirs))
     sweeper = OmegaConf.select(node, "hydra.sweeper") or {}
     grids: list[tuple[str, dict[str, Any]]] = []
     for included in sweeper.get("include") or []:
-        grids += load_grids(str(included), (*seen, name))
+        grids += load_grids(str(included), dirs, (*seen, name))
     for grid in sweeper.get("grids") or []:
         plain = OmegaConf.to_container(grid, resolve=False)
         assert isinstance(plain, dict)
@@ -113,7 +124,8 @@ def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
     cell.trains = method.trains
     root = Path(str(cfg.output_root)).expanduser().resolve()
     cell.run_dir = str(root / "runs" / f"{cell.id}-{cell.method}")
-    cell.model_paths = {a: model_path(cfg, i, a) for i, a in enumerate(cell.agents)}
+    # not checked here: a cell whose model is missing fails alone, with its own message
+    cell.model_paths = {a: model_path(cfg, i, a, check=False) for i, a in enumerate(cell.agents)}
     cell.scale = str(cfg.scale.name)
     cell.protocol_keys = {str(name): Protocol.from_config(node).key
                           for name, node in cfg.eval.protocols.items()}
@@ -135,11 +147,11 @@ class Expansion:
     asked: int  # cells the grids ask for before deduplication
 
 
-def expand(name: str, compose: Compose) -> Expansion:
+def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Expansion:
     """The distinct cells of sweep `name`, in first-asked order."""
     cells: dict[str, Cell] = {}
     asked = 0
-    for sweep, grid in load_grids(name):
+    for sweep, grid in load_grids(name, dirs):
         unknown = [k for k in grid if k in ("include", "grids")]
         if unknown:
             raise ConfigError(f"sweeps/{sweep}.yaml: {unknown[0]} belongs under hydra.sweeper")

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from hacrl.sweep.cells import Cell, expand
+from hacrl.sweep.cells import SWEEP_DIR, Cell, expand
 from hacrl.sweep.state import cell_status, format_table, write_json, write_manifest
 from hacrl.tracking import Tracker, resolve_uri
 
@@ -68,9 +68,15 @@ class SweepRun:
         assert isinstance(cfg, DictConfig)
         return cfg
 
+    def sweep_dirs(self) -> tuple[Path, ...]:
+        """sweeps/, then the `sweep` folder of every file:// entry of hydra.searchpath."""
+        extra = [Path(str(p).removeprefix("file://")) / "sweep"
+                 for p in self.config.hydra.get("searchpath") or [] if str(p).startswith("file://")]
+        return (SWEEP_DIR, *extra)
+
     def execute(self) -> list[dict[str, Any]]:
         started = time.perf_counter()
-        expansion = expand(self.name, self.compose)
+        expansion = expand(self.name, self.compose, self.sweep_dirs())
         cells = expansion.cells
         first = self.compose([])
         output_root = Path(str(first.output_root)).expanduser().resolve()
@@ -90,8 +96,19 @@ class SweepRun:
         if self.dry_run:
             rows = [before[c.id] for c in cells]
             print(format_table(rows), flush=True)
+            if todo and type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
+                from omegaconf import OmegaConf
+
+                from hacrl.sweep.slurm import render_sbatch
+
+                launcher = OmegaConf.to_container(self.config.hydra.launcher, resolve=True)
+                assert isinstance(launcher, dict)
+                folder = str(launcher.get("submitit_folder", self.sweep_dir / ".submitit/%j"))
+                print(f"# sbatch script of the job array ({len(todo)} cells):")
+                print(render_sbatch(launcher, folder, array_size=len(todo)), flush=True)
             return rows
         outcome: dict[str, str] = {}
+        self.walls: dict[str, float] = {}  # dispatch -> return, per launched cell
         main = sorted((c for c in todo if not c.cost), key=lambda c: -c.estimate)
         cost = [c for c in todo if c.cost]
         index = {c.id: i for i, c in enumerate(cells)}
@@ -105,6 +122,8 @@ class SweepRun:
         rows = []
         for cell in cells:
             row = cell_status(cell, self.sweep_dir, tracker)
+            if cell.id in self.walls:
+                row["wall_s"] = self.walls[cell.id]
             if cell.id in skipped:
                 row["status"] = "skipped"
             elif row["status"] != "done" and outcome.get(cell.id) == "failed":
@@ -119,6 +138,10 @@ class SweepRun:
         say(f"{self.name}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) +
             f" in {time.perf_counter() - started:.0f} s; `hacrl status {self.name}` shows this "
             "table again")
+        if elsewhere:
+            say(f"{len(elsewhere)} cells were running in other processes (an earlier sweep whose "
+                f"jobs outlived it); `hacrl status {self.name}` follows them, and this command "
+                "run again later completes the sweep")
         if failed:
             raise SweepFailed(f"{len(failed)} of {len(rows)} cells did not finish: "
                               + ", ".join(f"{r['cell']} ({r['status']})" for r in failed[:10]))
@@ -166,6 +189,7 @@ class SweepRun:
             for future in as_completed(futures):
                 cell, status, seconds = future.result()
                 outcome[cell.id] = status
+                self.walls[cell.id] = seconds
                 done += 1
                 say(f"[{done}/{len(cells)}] {status:<6} {cell.id} {cell.label} ({seconds:.0f} s)")
 

@@ -1,0 +1,191 @@
+"""Sweeps: grids -> distinct cells, the SLURM script, and real sweeps of micro cells."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from hacrl.config import CONFIG_DIR, compose
+from hacrl.sweep.cells import SWEEP_DIR, expand
+from hacrl.sweep.slurm import render_sbatch
+
+
+def test_table1_trains_single_agent_methods_once_per_agent() -> None:
+    expansion = expand("table1", compose)
+    cells = expansion.cells
+    # 3 pairs x (4 single-agent methods x 2 agents + naive + hacpo) asked; the 4B-Base agent
+    # is in two pairs, so its base/grpo/gspo/gspo_x2 cells are shared
+    assert (expansion.asked, len(cells)) == (30, 26)
+    assert Counter(c.method for c in cells) == {"base": 5, "grpo": 5, "gspo": 5, "gspo_x2": 5,
+                                                "naive": 3, "hacpo": 3}
+    assert len({c.id for c in cells}) == len(cells)
+    gspo_4b = [c for c in cells if c.method == "gspo" and c.agents == ["qwen3-4b-base"]]
+    assert len(gspo_4b) == 1
+    assert all(len(c.agents) == (2 if c.method in ("naive", "hacpo") else 1) for c in cells)
+    assert all(c.protocols == ["main"] and c.sweeps == ["table1"] for c in cells)
+    # the cell id is the hash the job itself computes
+    from hacrl.config import config_hash
+
+    for cell in cells[:4]:
+        assert config_hash(compose(cell.overrides)) == cell.id
+
+
+def test_union_trains_shared_cells_once_and_evaluates_each_protocol(tmp_path: Path) -> None:
+    (tmp_path / "union.yaml").write_text(
+        "hydra:\n  sweeper:\n    name: union\n    include: [table1, seeds]\n")
+    expansion = expand("union", compose, dirs=(tmp_path, SWEEP_DIR))
+    cells = {(c.method, tuple(c.agents), c.seed): c for c in expansion.cells}
+    # seeds asks 5 seeds x (hacpo + 2 x gspo + 2 x gspo_x2); seed 0 is Table 1's size cells
+    assert expansion.asked == 30 + 25
+    assert len(expansion.cells) == 26 + 25 - 5
+    shared = cells[("gspo", ("qwen3-4b-base",), 0)]
+    assert shared.sweeps == ["table1", "seeds"] and shared.protocols == ["main", "ablation"]
+    assert cells[("hacpo", ("qwen3-1.7b-base", "qwen3-4b-base"), 1337)].protocols == ["ablation"]
+
+
+def test_cost_cells_are_timing_repeats_without_evaluation() -> None:
+    cells = expand("cost", compose).cells
+    assert len(cells) == 7 * 3 and all(c.cost for c in cells)
+    repeats = Counter((c.method, tuple(c.agents)) for c in cells)
+    assert set(repeats.values()) == {3}
+    cfg = compose(cells[0].overrides)
+    assert cfg.train.steps == cfg.scale.cost_steps == 10 and cfg.eval.at_end is False
+    assert sorted(compose(c.overrides).timing_repeat for c in cells[:3]) == [0, 1, 2]
+
+
+def test_figure3_trains_longer_at_every_scale() -> None:
+    for scale, steps in (("tiny", 75), ("paper", 150)):
+        cell = expand("figure3", lambda o, s=scale: compose([f"scale={s}", *o])).cells[0]
+        assert compose([f"scale={scale}", *cell.overrides]).train.steps == steps
+
+
+def _hydra_compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=overrides, return_hydra_config=True)
+
+
+def test_slurm_profile_renders_a_valid_sbatch_script(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HACRL_SLURM_PARTITION", "gpu")
+    monkeypatch.setenv("HACRL_SLURM_ACCOUNT", "rl-lab")
+    monkeypatch.setenv("HACRL_VENV", "/opt/hacrl/.venv")
+    cfg = _hydra_compose(["+sweep=table1", "scale=paper", "launcher=slurm",
+                          f"output_root={tmp_path}", "hydra.job.name=hacrl"])
+    # the command line's launcher wins over the sweep's local default
+    assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert isinstance(launcher, dict)
+    folder = launcher["submitit_folder"]
+    assert folder == f"{tmp_path}/sweeps/table1/.submitit/%j"
+    script = render_sbatch(launcher, folder, array_size=26)
+    lines = set(script.splitlines())
+    for flag in ("--partition=gpu", "--account=rl-lab", "--nodes=1", "--ntasks-per-node=1",
+                 "--gpus-per-node=8", "--cpus-per-task=64", "--mem=512GB", "--time=1440",
+                 "--signal=USR2@300", "--array=0-25%26", "--job-name=hacrl"):
+        assert f"#SBATCH {flag}" in lines, flag
+    assert "source /opt/hacrl/.venv/bin/activate" in lines
+    assert any("submitit.core._submit" in line and line.startswith("srun") for line in lines)
+    # preemption / time limit: submitit requeues the job through the launcher's checkpoint
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+
+    assert launcher["max_num_timeout"] == 20
+    params = {k: v for k, v in launcher.items() if k != "_target_"}
+    resubmission = SlurmLauncher(**params).checkpoint(["seed=1"], "hydra.sweep.dir", 0, "x", {})
+    assert isinstance(resubmission, submitit.helpers.DelayedSubmission)
+
+
+MINI = """# @package _global_
+defaults:
+  - override /hydra/sweeper: hacrl
+  - override /launcher: local
+hydra:
+  sweep:
+    dir: ${output_root}/sweeps/mini
+    subdir: .jobs/${hydra.job.num}
+  sweeper:
+    name: mini
+    grids:
+      - pair: size
+        method: [gspo, hacpo]
+      - pair: size
+        method: hacpo
+        algo.alpha: [-1]   # fails validation: the other cells must not care
+"""
+
+
+def _client(root: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+
+
+def _runs(root: Path, query: str) -> list:
+    client = _client(root)
+    return list(client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                   query))
+
+
+def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env, hacrl_cmd,
+                                                               new_output_root, tiny_job):
+    configs = tmp_path / "configs"
+    (configs / "sweep").mkdir(parents=True)
+    (configs / "sweep" / "mini.yaml").write_text(MINI)
+    root = new_output_root()
+    args = [*hacrl_cmd, "sweep", "mini", f"hydra.searchpath=[file://{configs}]",
+            f"output_root={root}", *tiny_job]
+    first = subprocess.run(args, env=cli_env(root), capture_output=True, text=True, timeout=600)
+    assert first.returncode != 0, first.stdout + first.stderr
+    rows = json.loads((root / "sweeps" / "mini" / "status.json").read_text())["rows"]
+    assert Counter(r["status"] for r in rows) == {"done": 3, "failed": 1}, first.stderr
+    (failed,) = [r for r in rows if r["status"] == "failed"]
+    assert "algo.alpha=-1.0: must be >= 0" in failed["error"]
+    assert "4 cells asked, 4 distinct" in first.stderr
+    assert "failed" in first.stdout and failed["cell"] in first.stdout
+    jobs = _runs(root, "tags.`hacrl.kind` = 'job'")
+    assert len(jobs) == 3 and {r.info.status for r in jobs} == {"FINISHED"}
+    assert {r.data.tags["hacrl.cell"] for r in jobs} == {r["cell"] for r in rows
+                                                         if r["status"] == "done"}
+    assert all(Path(r["log"]).is_file() for r in rows)
+    assert not _runs(root, "attributes.status = 'RUNNING'")
+
+    # again: finished cells are skipped (nothing retrained), the failed one is tried again
+    second = subprocess.run(args, env=cli_env(root), capture_output=True, text=True, timeout=600)
+    assert second.returncode != 0
+    assert "3 done already" in second.stderr
+    rows = json.loads((root / "sweeps" / "mini" / "status.json").read_text())["rows"]
+    assert Counter(r["status"] for r in rows) == {"skipped": 3, "failed": 1}
+    assert len(_runs(root, "tags.`hacrl.kind` = 'job'")) == 3
+
+    status = subprocess.run([*hacrl_cmd, "status", "mini", f"output_root={root}"],
+                            env=cli_env(root), capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    assert "4 cells: 3 done, 1 failed" in status.stdout
+
+
+def test_status_of_a_sweep_never_started_says_how_to_start_it(tmp_path, cli_env, hacrl_cmd):
+    out = subprocess.run([*hacrl_cmd, "status", "table2", f"output_root={tmp_path}"],
+                         env=cli_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "has not started" in out.stderr and "hacrl sweep table2" in out.stderr
+
+
+def test_unknown_sweep_is_one_line(tmp_path, cli_env, hacrl_cmd):
+    out = subprocess.run([*hacrl_cmd, "sweep", "tabel1"], env=cli_env(tmp_path),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "table1" in out.stderr
+
+
+def test_sweeps_folder_is_the_sweep_config_group() -> None:
+    assert (CONFIG_DIR / "sweep").resolve() == (CONFIG_DIR.parent / "sweeps").resolve()
+    names = {p.stem for p in SWEEP_DIR.glob("*.yaml")}
+    assert names == {"table1", "table2", "table3", "alpha", "seeds", "cost", "table9", "figure3",
+                     "schedules", "paper"}
