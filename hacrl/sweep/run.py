@@ -105,7 +105,8 @@ class SweepRun:
                 assert isinstance(launcher, dict)
                 folder = str(launcher.get("submitit_folder", self.sweep_dir / ".submitit/%j"))
                 print(f"# sbatch script of the job array ({len(todo)} cells):")
-                print(render_sbatch(launcher, folder, array_size=len(todo)), flush=True)
+                print(render_sbatch({str(k): v for k, v in launcher.items()}, folder,
+                                    array_size=len(todo)), flush=True)
             return rows
         outcome: dict[str, str] = {}
         self.walls: dict[str, float] = {}  # dispatch -> return, per launched cell

@@ -21,9 +21,9 @@ def sbatch_parameters(launcher: Mapping[str, Any]) -> dict[str, Any]:
     """submitit's SLURM parameters for a `hydra.launcher` node (as the launcher converts them)."""
     from submitit.slurm.slurm import SlurmExecutor, _convert_mem, _get_default_parameters
 
-    renames = SlurmExecutor._equivalence_dict()
-    params = {renames.get(k, k): v for k, v in launcher.items()
-              if k not in NOT_SBATCH and v is not None}
+    renames: dict[str, str] = dict(SlurmExecutor._equivalence_dict())
+    params: dict[str, Any] = {renames.get(str(k), str(k)): v for k, v in launcher.items()
+                              if k not in NOT_SBATCH and v is not None}
     if "mem" in params:
         params["mem"] = _convert_mem(params["mem"])
     unknown = sorted(set(params) - set(_get_default_parameters()))
