@@ -21,7 +21,7 @@ def sbatch_parameters(launcher: Mapping[str, Any]) -> dict[str, Any]:
     """submitit's SLURM parameters for a `hydra.launcher` node (as the launcher converts them)."""
     from submitit.slurm.slurm import SlurmExecutor, _convert_mem, _get_default_parameters
 
-    renames: dict[str, str] = dict(SlurmExecutor._equivalence_dict())
+    renames: dict[str, str] = {str(k): str(v) for k, v in SlurmExecutor._equivalence_dict().items()}
     params: dict[str, Any] = {renames.get(str(k), str(k)): v for k, v in launcher.items()
                               if k not in NOT_SBATCH and v is not None}
     if "mem" in params:
