@@ -38,8 +38,8 @@ def test_eval_base_model_logs_scores_protocol_and_samples(job_env, new_output_ro
     (run,) = _runs(client)
     tags, metrics = run.data.tags, run.data.metrics
     assert run.info.status == "FINISHED"
-    assert (tags["hacrl.kind"], tags["method"], tags["model"], tags["scale"]) == (
-        "eval", "base", "qwen3-4b-base", "tiny")
+    assert (tags["hacrl.kind"], tags["method"], tags["model"], tags["scale"], tags["seed"]) == (
+        "eval", "base", "qwen3-4b-base", "tiny", "0")
     for key in ("tiny_gsm8k/acc", "tiny_gsm8k/exact_match", "tiny_aime2025/acc",
                 "tiny_aime2025/avg_at_16", "tiny_aime2025/pass_at_16", "avg/acc"):
         assert 0.0 <= metrics[f"eval/main/{key}"] <= 1.0, key

@@ -204,7 +204,7 @@ def standalone_run(tracker: Tracker, cfg: DictConfig, label: str, model_path: st
         return str(run.info.run_id)
     run_id = tracker.start_run(f"{method}:{label}", {
         "hacrl.kind": "eval", "method": method, "model": label, "scale": str(cfg.scale.name),
-        "hacrl.model_path": model_path, "hacrl.step": str(step)})
+        "seed": str(cfg.seed), "hacrl.model_path": model_path, "hacrl.step": str(step)})
     return run_id  # left RUNNING: the caller ends it FINISHED or FAILED after evaluating
 
 
