@@ -15,7 +15,6 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig
 
@@ -66,7 +65,7 @@ def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id
     """
     benchmarks = [str(b) for b in cfg.eval.benchmarks]
     results: list[EvalResult] = []
-    done_by_key: dict[str, EvalResult] = {}
+    done_by_key: dict[str, tuple[EvalResult, EvalOutcome]] = {}
     for protocol in Protocol.in_use(cfg.eval):
         if not force and already_logged(tracker, run_id, protocol, benchmarks):
             run = tracker.client.get_run(run_id)
@@ -74,31 +73,24 @@ def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id
             results.append(EvalResult(run_id, protocol, {k: v for k, v in run.data.metrics.items()
                                                          if k.startswith(prefix)}, skipped=True))
             continue
-        first = done_by_key.get(protocol.key)
-        if first is not None:
-            outcome = EvalOutcome(*_unflatten(first), seconds=0.0)
-            _log(cfg, tracker, run_id, step, model_path, protocol, benchmarks, outcome, None)
-            results.append(EvalResult(run_id, protocol, flat_metrics(protocol, outcome),
+        if protocol.key in done_by_key:
+            first, outcome = done_by_key[protocol.key]
+            copied = EvalOutcome(outcome.metrics, outcome.average, seconds=0.0,
+                                 lm_eval_version=outcome.lm_eval_version)
+            _log(cfg, tracker, run_id, step, model_path, protocol, benchmarks, copied, None)
+            results.append(EvalResult(run_id, protocol, flat_metrics(protocol, copied),
                                       shared_with=first.protocol.name))
             continue
-        result = _evaluate_one(cfg, model_path, tracker, run_id, step, protocol, benchmarks, limit)
-        done_by_key[protocol.key] = result
+        result, outcome = _evaluate_one(cfg, model_path, tracker, run_id, step, protocol,
+                                        benchmarks, limit)
+        done_by_key[protocol.key] = (result, outcome)
         results.append(result)
     return results
 
 
-def _unflatten(result: EvalResult) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    prefix = metric_prefix(result.protocol) + "/"
-    metrics: dict[str, dict[str, float]] = {}
-    average: dict[str, float] = {}
-    for key, value in result.metrics.items():
-        bench, metric = key.removeprefix(prefix).split("/", 1)
-        (average if bench == "avg" else metrics.setdefault(bench, {}))[metric] = value
-    return metrics, average
-
-
 def _evaluate_one(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: str, step: int,
-                  protocol: Protocol, benchmarks: list[str], limit: int | None) -> EvalResult:
+                  protocol: Protocol, benchmarks: list[str], limit: int | None
+                  ) -> tuple[EvalResult, EvalOutcome]:
     files = data_files(cfg, benchmarks)
     backend = Backend.from_config(cfg.eval, device=str(cfg.engine.get("device", "cpu")))
     # the task's utils read these (they also serve users of the lm_eval CLI)
@@ -110,7 +102,8 @@ def _evaluate_one(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: st
                               seed=int(cfg.seed), limit=limit)
         _log(cfg, tracker, run_id, step, model_path, protocol, benchmarks, outcome, work,
              backend, files)
-    return EvalResult(run_id, protocol, flat_metrics(protocol, outcome), seconds=outcome.seconds)
+    result = EvalResult(run_id, protocol, flat_metrics(protocol, outcome), seconds=outcome.seconds)
+    return result, outcome
 
 
 def _log(cfg: DictConfig, tracker: Tracker, run_id: str, step: int, model_path: str,
@@ -256,8 +249,3 @@ def describe(result: EvalResult) -> str:
         lines.append(f"{bench:<16} {got.get('acc', float('nan')):>7.3f} "
                      f"{got.get('exact_match', float('nan')):>7.3f}  {other}")
     return "\n".join(lines)
-
-
-def summary_json(result: EvalResult) -> dict[str, Any]:
-    return {"run_id": result.run_id, "protocol": result.protocol.name, "key": result.protocol.key,
-            "skipped": result.skipped, "metrics": result.metrics}
