@@ -98,8 +98,19 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Terminated()
 
 
+def process_age_s() -> float:
+    """Seconds since this process started (interpreter start, imports, compose, launch)."""
+    import psutil
+
+    return max(0.0, time.time() - psutil.Process().create_time())
+
+
+PHASES = ("setup_s", "validation_s", "train_s", "eval_s")  # the job's own work, per team
+
+
 def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
-    """Train every team of the job; returns a summary (run ids, final metrics)."""
+    """Train every team of the job; returns a summary (run ids, final metrics, phase times)."""
+    startup_s = process_age_s()
     c = spec.cfg
     if c.engine.get("threads"):
         torch.set_num_threads(int(c.engine.threads))
@@ -136,7 +147,7 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
     summary: dict[str, Any] = {"job_run_id": job_run, "agent_run_ids": agent_runs,
                                "run_dir": str(directory), "teams": team_results}
     started = time.perf_counter()
-    train_seconds = [0.0, 0.0]  # training loop, end-of-job evaluation
+    phases = dict.fromkeys(PHASES, 0.0)
     try:
         total = int(c.train.steps) * len(teams)
         with tqdm(total=total, disable=not progress, desc=spec.method.name, unit="step",
@@ -144,11 +155,11 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
             for team_agents, paths in zip(spec.teams, teams, strict=True):
                 result = _run_team(spec, team_agents, paths, tracker, agent_runs, previous, bar)
                 team_results.append(result)
-                train_seconds[0] += float(result.get("train_s", 0.0))
-                train_seconds[1] += float(result.get("eval_s", 0.0))
+                for phase in PHASES:
+                    phases[phase] += float(result.get(phase, 0.0))
         tracker.log_metrics(job_run, {"time/wall_s": time.perf_counter() - started,
-                                      "time/train_s": train_seconds[0],
-                                      "time/eval_s": train_seconds[1],
+                                      "time/startup_s": startup_s,
+                                      **{f"time/{k}": v for k, v in phases.items()},
                                       "time/tracking_s": tracker.busy_s,
                                       **peak_memory_metrics()}, step=int(c.train.steps))
         status = "FINISHED"
@@ -160,8 +171,7 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
         for run_id in [*agent_runs.values(), job_run]:
             tracker.finish(run_id, status)
     summary["status"] = status
-    summary["tracking_s"] = tracker.busy_s
-    summary["train_s"], summary["eval_s"] = train_seconds
+    summary.update(phases, tracking_s=tracker.busy_s, startup_s=startup_s)
     return summary
 
 
@@ -259,6 +269,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
                 tracker.copy_history(previous[a.name], agent_runs[a.name], steps)
         bar.update(steps)
         return json.loads(paths.done.read_text())
+    setup_start = time.perf_counter()
     seed_everything(int(c.seed))
     agents = [Agent(a.name, _engine(spec, a)) for a in team]
     grade = grader(c)
@@ -280,12 +291,17 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
 
     val_every = int(c.validation.every)
     val_problems = load_problems(c, c.validation.benchmark) if val_every else []
+    setup_s = time.perf_counter() - setup_start
+    validation_s = 0.0
 
     def validate(step: int) -> None:
+        nonlocal validation_s
+        tic = time.perf_counter()
         for agent in agents:
             acc = greedy_accuracy(agent.engine, val_problems, c.task.prompt_template,
                                   int(c.validation.max_new_tokens), grade)
             tracker.log_metrics(agent_runs[agent.name], {f"val/{c.validation.benchmark}/acc": acc}, step)
+        validation_s += time.perf_counter() - tic
 
     if val_every and start == 0:
         validate(0)
@@ -303,7 +319,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
         bar.set_postfix_str(" ".join(f"{a.name}={m['reward/mean']:.2f}"
                                      for a, m in zip(agents, result.agent_metrics, strict=True)))
         bar.update(1)
-    train_s = time.perf_counter() - job_start
+    train_s = time.perf_counter() - job_start - validation_s
 
     final: dict[str, dict[str, float]] = {}
     eval_start = time.perf_counter()
@@ -327,7 +343,8 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
     paths.root.mkdir(parents=True, exist_ok=True)  # steps=0 (evaluation only) saved nothing yet
     paths.done.write_text(json.dumps(result_json, indent=1))
     # seconds of this process (not of an earlier, resumed one): for the overhead benchmark
-    return {**result_json, "train_s": train_s, "eval_s": time.perf_counter() - eval_start}
+    return {**result_json, "setup_s": setup_s, "validation_s": validation_s, "train_s": train_s,
+            "eval_s": time.perf_counter() - eval_start}
 
 
 def _release_memory() -> None:

@@ -16,9 +16,6 @@ from typing import Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from mlflow.entities import Metric, Param, RunTag  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
-
 PARAM_VALUE_LIMIT = 6000
 
 
@@ -59,7 +56,7 @@ def _pid_alive(pid: int) -> bool:
 class _Timed:
     """An MlflowClient whose calls add their wall time to `busy_s` (tracking overhead)."""
 
-    def __init__(self, client: MlflowClient) -> None:
+    def __init__(self, client: Any) -> None:
         self._client = client
         self.busy_s = 0.0
 
@@ -79,7 +76,19 @@ class _Timed:
 
 
 class Tracker:
+    """Runs, metrics, tags and artifacts in one MLflow store.
+
+    Writes are synchronous: a metric is in the store when the call returns, so a job killed
+    right after a checkpoint has its curves up to that checkpoint (resume relies on it).
+    `busy_s` is the time the job spent in tracking, importing MLflow included.
+    """
+
     def __init__(self, uri: str, experiment: str) -> None:
+        tic = time.perf_counter()
+        # imported here, not at module import: a job pays for MLflow only once it tracks, and
+        # that time is counted as tracking overhead
+        from mlflow.tracking import MlflowClient
+
         artifacts = None
         if uri.startswith("sqlite:///"):
             db = Path(uri.removeprefix("sqlite:///"))
@@ -87,7 +96,6 @@ class Tracker:
             # next to the store, not MLflow's default ./mlruns in whatever the cwd is
             artifacts = (db.parent / "mlartifacts").resolve().as_uri()
         self.uri = uri
-        tic = time.perf_counter()
         self.client: Any = _Timed(MlflowClient(tracking_uri=uri))
         existing = self.client.get_experiment_by_name(experiment)
         self.experiment_id = (existing.experiment_id if existing is not None
@@ -106,18 +114,24 @@ class Tracker:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
         if params:
+            from mlflow.entities import Param
+
             items = [Param(k, v) for k, v in params.items()]
             for start in range(0, len(items), 100):
                 self.client.log_batch(run.info.run_id, params=items[start:start + 100])
         return run.info.run_id
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
         now = int(time.time() * 1000)
         items = [Metric(clean_metric_name(k), float(v), now, step) for k, v in metrics.items()]
         for start in range(0, len(items), 1000):
             self.client.log_batch(run_id, metrics=items[start:start + 1000])
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:

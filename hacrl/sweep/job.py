@@ -51,6 +51,6 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
     run = summary.get("job_run_id") or ",".join((summary.get("agent_run_ids") or {}).values())
     write_json(path, {**state, "status": "done", "run": run or "", "ended": time.time(),
                       "seconds": time.time() - started, "skipped": bool(summary.get("skipped")),
-                      "train_s": summary.get("train_s"), "eval_s": summary.get("eval_s"),
-                      "tracking_s": summary.get("tracking_s")})
+                      **{k: summary.get(k) for k in ("startup_s", "setup_s", "validation_s",
+                                                     "train_s", "eval_s", "tracking_s")}})
     return {"cell": str(cfg.cell.id), "status": "done", "run": run}

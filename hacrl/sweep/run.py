@@ -45,7 +45,7 @@ def say(message: str) -> None:
 class SweepRun:
     def __init__(self, config: DictConfig, config_loader: Any, launcher: Any,
                  arguments: list[str], name: str, parallel: Any, mem_per_job_gb: float,
-                 cost_threads: int, dry_run: bool = False) -> None:
+                 cost_threads: Any, dry_run: bool = False) -> None:
         self.config = config
         self.loader = config_loader
         self.launcher = launcher
@@ -53,7 +53,9 @@ class SweepRun:
         self.name = name
         self.parallel_setting = parallel
         self.mem_per_job_gb = mem_per_job_gb
-        self.cost_threads = cost_threads
+        # the timing cells run alone: by default they get every core (a fixed, recorded count)
+        self.cost_threads = (os.cpu_count() or 1) if cost_threads in (None, "auto") \
+            else int(cost_threads)
         self.dry_run = dry_run
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
 

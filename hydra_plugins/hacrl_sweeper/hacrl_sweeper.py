@@ -24,8 +24,9 @@ class HacrlSweeperConf:
     # jobs at a time with a local launcher; "auto" sizes it to the cores and memory
     parallel: Any = "auto"
     mem_per_job_gb: float = 2.0
-    # thread count of the timing (cost) cells, which run alone after all others
-    cost_threads: int = 1
+    # thread count of the timing (cost) cells, which run alone after all others ("auto": all
+    # of this machine's cores; the count is recorded in each cell's config)
+    cost_threads: Any = "auto"
     # list the cells and what is done, launch nothing
     dry_run: bool = False
 
@@ -36,7 +37,7 @@ ConfigStore.instance().store(group="hydra/sweeper", name="hacrl", node=HacrlSwee
 
 class HacrlSweeper(Sweeper):
     def __init__(self, name: str, include: List[str], grids: List[Any],  # noqa: UP006
-                 parallel: Any, mem_per_job_gb: float, cost_threads: int,
+                 parallel: Any, mem_per_job_gb: float, cost_threads: Any,
                  dry_run: bool = False) -> None:
         self.settings = {"name": name, "parallel": parallel, "mem_per_job_gb": mem_per_job_gb,
                          "cost_threads": cost_threads, "dry_run": dry_run}
