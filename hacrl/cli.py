@@ -1,4 +1,4 @@
-"""The `hacrl` command: train, sweep, status, eval, data, zoo build, ui, bench."""
+"""The `hacrl` command: train, sweep, status, report, plot, eval, data, zoo build, ui, bench."""
 
 from __future__ import annotations
 
@@ -192,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     status = sub.add_parser("status", help="the table of a sweep's cells (while it runs or after)")
     status.add_argument("name")
     status.add_argument("overrides", nargs="*", help="e.g. output_root=... (where it ran)")
+    from analysis.cli import add_parsers as add_analysis_parsers
     from hacrl.data.cli import add_parser as add_data_parser
 
+    add_analysis_parsers(sub)
     add_data_parser(sub)
     zoo = sub.add_parser("zoo", help="the tiny model zoo")
     zoo_sub = zoo.add_subparsers(dest="zoo_command", required=True)
@@ -223,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         return _sweep(args, [*args.overrides, *unknown])
     if args.command == "status":
         return _status(args, [*args.overrides, *unknown])
+    if args.command in ("report", "plot"):
+        from analysis.cli import run as run_analysis
+
+        return run_analysis(args, [*args.overrides, *unknown])
     if args.command == "data":
         from hacrl.data.cli import run as run_data
 

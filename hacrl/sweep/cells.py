@@ -25,6 +25,9 @@ from hacrl.algo.methods import METHODS
 from hacrl.config import CONFIG_DIR, ConfigError, config_hash
 
 SWEEP_DIR = CONFIG_DIR / "sweep"  # a link to the repository's sweeps/
+# resolved config values kept with each cell (analysis/ places cells in tables by them)
+PARAMS = ("pair.name", "algo.alpha", "algo.cross_clip_lower", "algo.delta_step", "train.steps",
+          "timing_repeat", "engine.threads")
 GRID_KEYS = ("protocol", "fixed", "cost")
 
 Compose = Callable[[list[str]], DictConfig]
@@ -49,6 +52,8 @@ class Cell:
     model_paths: dict[str, str] = field(default_factory=dict)
     protocol_keys: dict[str, str] = field(default_factory=dict)
     scale: str = ""
+    # resolved settings a report needs even when the cell has no run yet (see `PARAMS`)
+    params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -129,6 +134,10 @@ def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
     cell.scale = str(cfg.scale.name)
     cell.protocol_keys = {str(name): Protocol.from_config(node).key
                           for name, node in cfg.eval.protocols.items()}
+    for key in PARAMS:
+        value = OmegaConf.select(cfg, key, default=None)
+        cell.params[key] = value if value is None or isinstance(value, (int, float, str)) \
+            else str(value)
 
 
 def _estimate(cfg: DictConfig, n_agents: int) -> float:

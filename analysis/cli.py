@@ -1,0 +1,76 @@
+"""`hacrl report` and `hacrl plot` (wired into the `hacrl` command by hacrl/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parsers(sub: Any) -> None:
+    report = sub.add_parser("report", help="tables and figures of a sweep next to the paper's "
+                            "numbers: hacrl report table1 [scale=paper] [output_root=...]")
+    report.add_argument("name", help="a sweep: table1 ... paper")
+    report.add_argument("--out", default=None,
+                        help="folder (default: <output_root>/reports/<sweep>-<scale>)")
+    report.add_argument("--no-mlflow", action="store_true",
+                        help="do not log the report as an MLflow run's artifacts")
+    report.add_argument("overrides", nargs="*", help="e.g. scale=paper output_root=...")
+    plot = sub.add_parser("plot", help="a logged metric against step, one line per run, coloured "
+                          "by a tag: hacrl plot reward/mean --by method --where pair=...")
+    plot.add_argument("metric", help="e.g. reward/mean, val/tiny_math500/acc, capability/P")
+    plot.add_argument("--by", default="method",
+                      help="tag or setting to colour by: method, model, pair, seed, alpha, ...")
+    plot.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                      help="keep runs with this tag/setting value (repeatable)")
+    plot.add_argument("--kind", default="agent", help="agent (default), job, eval, or any")
+    plot.add_argument("--out", default=None, help="file stem (default: <output_root>/plots/...)")
+    plot.add_argument("overrides", nargs="*", help="e.g. output_root=... (where the store is)")
+
+
+def run(args: argparse.Namespace, overrides: list[str]) -> int:
+    from hacrl.config import ConfigError
+
+    try:
+        if args.command == "report":
+            return _report(args, overrides)
+        return _plot(args, overrides)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        print(f"hacrl: {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+def _report(args: argparse.Namespace, overrides: list[str]) -> int:
+    from analysis.report import make_report
+
+    report = make_report(args.name, overrides, log=not args.no_mlflow,
+                         folder=Path(args.out) if args.out else None)
+    for claim in report.claims:
+        print(f"- {claim.text}: {claim.verdict}")
+    missing = sum(1 for t in report.tables.values() for _, _, es in t.rows for e in es
+                  if e.ours is not None and e.ours.mean is None and e.text is None)
+    print(f"report of {args.name}: {len(report.tables)} tables ({missing} cells without a value), "
+          f"{len(report.figures)} figures in {report.seconds:.1f} s -> {report.folder / 'index.html'}"
+          + (f"; MLflow run {report.run_id}" if report.run_id else ""))
+    return 0
+
+
+def _plot(args: argparse.Namespace, overrides: list[str]) -> int:
+    from analysis.plot import plot_metric
+    from analysis.store import open_store
+    from hacrl.config import compose
+    from hacrl.tracking import resolve_uri
+
+    cfg = compose(overrides)
+    root = Path(str(cfg.output_root)).expanduser().resolve()
+    store = open_store(resolve_uri(cfg.tracking.uri, root), str(cfg.tracking.experiment))
+    if store.runs.empty:
+        raise ValueError(f"no runs in {store.uri} (experiment {store.experiment}); pass "
+                         "output_root=... where the runs are")
+    stem = re.sub(r"[^\w.-]+", "_", f"{args.metric}-by-{args.by}")
+    out = Path(args.out) if args.out else root / "plots" / stem
+    files, drawn = plot_metric(store, args.metric, args.by, args.where, out, kind=args.kind)
+    print(f"{drawn} runs -> {', '.join(str(f) for f in files)}")
+    return 0

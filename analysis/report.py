@@ -1,0 +1,223 @@
+"""`hacrl report <sweep>`: every table and figure of a sweep, next to the paper's numbers.
+
+Writes <output_root>/reports/<sweep>-<scale>/ (built in a temporary folder, then moved into
+place: a report is never half-written):
+    index.html               everything: claims, tables, figures, the MLflow runs behind each cell
+    report.md                the same in Markdown
+    tables/<key>.{md,tex,csv}
+    figures/<name>.{png,svg}
+    runs.csv                 table, section, row, column -> MLflow run ids
+and logs the folder as artifacts of an MLflow run (tags hacrl.kind=report, sweep, scale), so it
+can be browsed in the MLflow UI next to the runs it summarises.
+"""
+
+from __future__ import annotations
+
+import html
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import claims as claims_mod
+from analysis.context import Context
+from analysis.figures import FIGURES
+from analysis.table import Table
+from analysis.tables_accuracy import alpha_table, benchmark_table, seeds_table
+from analysis.tables_cost import (
+    hyperparameters_table,
+    memory_table,
+    ratio_stats_table,
+    runtime_table,
+)
+
+# key -> (builder, the sweeps whose data it shows)
+TABLES: dict[str, tuple[Callable[[Context], Table], set[str]]] = {
+    "table1": (lambda c: benchmark_table(c, "table1", "Table 1: main results", "table1",
+                                         "table1_main"), {"table1"}),
+    "table2": (lambda c: benchmark_table(c, "table2", "Table 2: without the capability-aware "
+                                         "advantage", "table2", "table2_adv_ablation",
+                                         baseline="hacpo"), {"table2"}),
+    "table3": (lambda c: benchmark_table(c, "table3", "Table 3: without omega in the gradient "
+                                         "modulation", "table3", "table3_omega_ablation",
+                                         baseline="hacpo"), {"table3"}),
+    "table4": (hyperparameters_table, {"table1", "table9"}),
+    "table5": (ratio_stats_table, {"table1"}),
+    "table6": (seeds_table, {"seeds"}),
+    "table7": (runtime_table, {"cost"}),
+    "table8": (memory_table, {"cost"}),
+    "table9": (lambda c: benchmark_table(c, "table9", "Table 9: additional pairs", "table9",
+                                         "table9_additional"), {"table9"}),
+    "alpha": (alpha_table, {"alpha"}),
+}
+FIGURE_SWEEPS = {"figure2": {"table1"}, "figure3": {"figure3"}, "alpha": {"alpha"},
+                 "schedules": {"schedules"}, "hacpo_dynamics": {"table1"},
+                 "training_curves": {"table1"}}
+
+
+@dataclass
+class Report:
+    folder: Path
+    tables: dict[str, Table]
+    figures: list[str]
+    claims: list[claims_mod.Claim]
+    run_id: str | None
+    seconds: float
+
+
+def covered(sweep: str, ctx: Context) -> set[str]:
+    """The sweeps a sweep runs: itself and what it includes (`paper`: all)."""
+    return {sweep, *ctx.grids_of(sweep)}
+
+
+def make_report(sweep: str, overrides: list[str], log: bool = True,
+                folder: Path | None = None, sweep_dir: Path | None = None,
+                sweep_dirs: tuple[Path, ...] | None = None) -> Report:
+    """The report of `sweep` at the scale and output root the overrides give."""
+    from analysis.cells import sweep_cells
+    from analysis.store import open_store
+    from hacrl.config import compose
+    from hacrl.sweep.cells import SWEEP_DIR, sweep_file
+    from hacrl.tracking import resolve_uri
+
+    dirs = sweep_dirs or (SWEEP_DIR,)
+    sweep_file(sweep, dirs)  # an unknown sweep stops here, naming the known ones
+    cfg = compose(overrides)
+    root = Path(str(cfg.output_root)).expanduser().resolve()
+    store = open_store(resolve_uri(cfg.tracking.uri, root), str(cfg.tracking.experiment))
+    cells = sweep_cells(sweep, overrides, sweep_dir or root / "sweeps" / sweep, dirs)
+    ctx = Context(store, cells, str(cfg.scale.name), dirs)
+    return build(ctx, sweep, folder or root / "reports" / f"{sweep}-{ctx.scale}", log=log)
+
+
+def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
+    started = time.perf_counter()
+    sweeps = covered(sweep, ctx)
+    tables = {key: builder(ctx) for key, (builder, needs) in TABLES.items() if needs & sweeps}
+    found_claims = claims_mod.check(tables)
+    folder = folder.resolve()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        (tmp / "tables").mkdir()
+        (tmp / "figures").mkdir()
+        for key, table in tables.items():
+            (tmp / "tables" / f"{key}.md").write_text(table.to_markdown())
+            (tmp / "tables" / f"{key}.tex").write_text(table.to_latex())
+            table.to_frame().to_csv(tmp / "tables" / f"{key}.csv", index=False)
+        figures = _figures(ctx, sweeps, tmp / "figures")
+        runs = [{"table": key, "section": s, "row": r, "column": c, "run_ids": " ".join(ids)}
+                for key, t in tables.items() for s, r, c, ids in t.run_ids()]
+        pd.DataFrame(runs, columns=["table", "section", "row", "column", "run_ids"]).to_csv(
+            tmp / "runs.csv", index=False)
+        title = f"hacrl report: sweep `{sweep}`, {ctx.scale_note}"
+        (tmp / "report.md").write_text(_markdown(title, tables, figures, found_claims))
+        (tmp / "index.html").write_text(_html(title, ctx, tables, figures, found_claims))
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    run_id = _log(ctx, sweep, folder) if log else None
+    return Report(folder, tables, figures, found_claims, run_id, time.perf_counter() - started)
+
+
+def _figures(ctx: Context, sweeps: set[str], folder: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    made = []
+    for name, builder in FIGURES.items():
+        if not FIGURE_SWEEPS[name] & sweeps:
+            continue
+        fig = builder(ctx)
+        if fig is None:
+            continue
+        fig.savefig(folder / f"{name}.png", dpi=110)
+        fig.savefig(folder / f"{name}.svg")
+        plt.close(fig)
+        made.append(name)
+    return made
+
+
+def _log(ctx: Context, sweep: str, folder: Path) -> str:
+    from hacrl.tracking import Tracker
+
+    tracker = Tracker(ctx.store.uri, ctx.store.experiment)
+    run_id = tracker.start_run(f"report:{sweep}:{ctx.scale}", {
+        "hacrl.kind": "report", "sweep": sweep, "scale": ctx.scale,
+        "hacrl.report_dir": str(folder)})
+    try:
+        tracker.log_artifacts(run_id, folder, "report")
+    finally:
+        tracker.finish(run_id)
+    return run_id
+
+
+def _claims_lines(found: list[claims_mod.Claim]) -> list[str]:
+    lines = []
+    for c in found:
+        paper = f" — paper's own numbers: {c.paper_verdict}" if c.paper_verdict else ""
+        lines.append(f"- **{c.text}**: {c.verdict}{paper}")
+        lines += [f"  - {d}" for d in c.details]
+    return lines
+
+
+def _markdown(title: str, tables: dict[str, Table], figures: list[str],
+              found: list[claims_mod.Claim]) -> str:
+    parts = [f"# {title}", "", "## Claims", "", *_claims_lines(found), ""]
+    parts += [t.to_markdown() for t in tables.values()]
+    parts += ["## Figures", ""] + [f"![{f}](figures/{f}.png)" for f in figures]
+    return "\n".join(parts) + "\n"
+
+
+CSS = """body{font-family:sans-serif;margin:1.5em;max-width:1500px}
+table{border-collapse:collapse;font-size:12px;margin-bottom:.5em}
+td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
+td.missing{color:#999;background:#f6f6f6}.paper{color:#666;font-size:11px}
+.banner{background:#fff3cd;padding:.6em;border:1px solid #e0c060}
+img{max-width:100%;border:1px solid #ddd;margin:.5em 0}.notes{font-size:12px;color:#444}"""
+# Sets data-images on <body> to "<loaded>/<total>" once the page has loaded: a headless browser
+# reading the DOM (scripts/check_report_html.py) sees whether every image rendered.
+IMAGE_CHECK = """<script>window.addEventListener('load',function(){var i=document.images,n=0;
+for(var k=0;k<i.length;k++){if(i[k].complete&&i[k].naturalWidth>0){n++}}
+document.body.setAttribute('data-images',n+'/'+i.length)});</script>"""
+
+
+def _html(title: str, ctx: Context, tables: dict[str, Table], figures: list[str],
+          found: list[claims_mod.Claim]) -> str:
+    toc = "".join(f'<li><a href="#{k}">{html.escape(t.title.split(" — ")[0])}</a></li>'
+                  for k, t in tables.items())
+    toc += "".join(f'<li><a href="#fig-{f}">figure: {f}</a></li>' for f in figures)
+    claims = "".join(
+        f"<li><b>{html.escape(c.text)}</b>: {html.escape(c.verdict)}"
+        + (f" <span class='paper'>(paper's numbers: {html.escape(c.paper_verdict)})</span>"
+           if c.paper_verdict else "")
+        + "<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in c.details) + "</ul></li>"
+        for c in found)
+    figs = "".join(f'<h3 id="fig-{f}">{f}</h3><a href="figures/{f}.svg">'
+                   f'<img src="figures/{f}.png" alt="{f}"></a>' for f in figures)
+    runs = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(s)}</td>"
+                   f"<td>{html.escape(r)}</td><td>{html.escape(c)}</td>"
+                   f"<td><code>{html.escape(' '.join(ids))}</code></td></tr>"
+                   for k, t in tables.items() for s, r, c, ids in t.run_ids())
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{CSS}</style>{IMAGE_CHECK}</head><body>
+<h1>{html.escape(title)}</h1>
+<p class="banner">Scale: <b>{html.escape(ctx.scale)}</b>. {html.escape(ctx.scale_note)}.
+Store: <code>{html.escape(ctx.store.uri)}</code>, experiment
+<code>{html.escape(ctx.store.experiment)}</code>; {len(ctx.cells)} cells, {len(ctx.store.runs)} runs
+read. Generated {time.strftime('%Y-%m-%d %H:%M:%S')}.</p>
+<ul>{toc}</ul>
+<h2>Claims</h2><ul>{claims}</ul>
+<h2>Tables</h2>{''.join(t.to_html() for t in tables.values())}
+<h2>Figures</h2>{figs}
+<h2 id="runs">MLflow runs behind each cell</h2>
+<table><thead><tr><th>table</th><th>section</th><th>row</th><th>column</th><th>run ids</th></tr>
+</thead><tbody>{runs}</tbody></table>
+</body></html>
+"""

@@ -1,0 +1,88 @@
+"""Runs of an MLflow store as a pandas table, and metric histories (curves) on demand.
+
+One row per run: its status, what it is (tags `hacrl.kind`, method, model, pair, seed, scale,
+config_hash, ...), the metrics a report reads (final values of eval/, time/, memory/, ratio/) and a
+few params. Any store MLflow opens works (sqlite file, `mlflow server`, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+TAGS = ("hacrl.kind", "method", "model", "pair", "setting", "seed", "scale", "config_hash",
+        "hacrl.cell", "hacrl.model_path", "mlflow.parentRunId", "timing_repeat", "mlflow.runName")
+PARAMS = ("algo.alpha", "algo.cross_clip_lower", "algo.delta_step", "train.steps",
+          "engine.threads", "pair.name", "train.lr", "train.prompts_per_step",
+          "train.minibatch_prompts", "train.rollouts_per_prompt", "rollout.max_new_tokens",
+          "algo.clip_low", "algo.clip_high", "algo.capability_window")
+METRIC_PREFIXES = ("eval/", "time/", "memory/", "ratio/", "val/")
+
+
+@dataclass
+class Store:
+    """The runs of one experiment of one store; `history` reads curves lazily (cached)."""
+
+    uri: str
+    experiment: str
+    runs: pd.DataFrame
+    client: Any = field(repr=False)
+    _curves: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict,
+                                                                     repr=False)
+
+    def history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """[(step, value)] of a metric, in step order (the last value per step)."""
+        if (run_id, key) not in self._curves:
+            points = {m.step: m.value for m in sorted(
+                self.client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))}
+            self._curves[(run_id, key)] = sorted(points.items())
+        return self._curves[(run_id, key)]
+
+    def select(self, **equal: Any) -> pd.DataFrame:
+        """Rows whose columns equal the given values (tags compare as strings)."""
+        df = self.runs
+        for key, value in equal.items():
+            df = df[df[key] == (str(value) if key in TAGS else value)]
+        return df
+
+
+def open_store(uri: str, experiment: str = "hacrl") -> Store:
+    """Read every run of `experiment` (one query per 5000 runs)."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    rows: list[dict[str, Any]] = []
+    if found is not None:
+        token = None
+        while True:
+            page = client.search_runs([found.experiment_id], max_results=5000, page_token=token)
+            rows.extend(_row(run) for run in page)
+            token = page.token
+            if not token:
+                break
+    columns = ["run_id", "status", "start_time", *TAGS, *(f"param:{p}" for p in PARAMS)]
+    df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
+    for column in columns:
+        if column not in df:
+            df[column] = None
+    return Store(uri, experiment, df.sort_values("start_time", ascending=False,
+                                                 ignore_index=True), client)
+
+
+def _row(run: Any) -> dict[str, Any]:
+    tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
+    row: dict[str, Any] = {"run_id": run.info.run_id, "status": run.info.status,
+                           "start_time": run.info.start_time or 0}
+    for tag in TAGS:
+        row[tag] = tags.get(tag)
+    for param in PARAMS:
+        row[f"param:{param}"] = params.get(param)
+    for key, value in metrics.items():
+        if key.startswith(METRIC_PREFIXES):
+            row[key] = value
+    return row

@@ -1,0 +1,132 @@
+"""Accuracy tables: Table 1 (main), 2 and 3 (ablations), 9 (appendix pairs), 6 (seeds), alpha."""
+
+from __future__ import annotations
+
+import statistics
+
+from analysis.cells import Value
+from analysis.context import Context
+from analysis.reference import BENCHMARKS, LABELS, METHOD_LABELS, benchmark_values, paper
+from analysis.table import Entry, Table
+
+PRINTED_AVG_TOLERANCE = 0.0015  # PAPER.md: printed AVGs off by more than this are quirks
+
+
+def _average(parts: list[Value]) -> Value:
+    """AVG recomputed as the mean of the benchmark cells, run by run (seeds stay apart)."""
+    missing = [p for p in parts if p.mean is None]
+    if missing:
+        return Value(reason=f"{len(missing)} of {len(parts)} benchmarks missing")
+    n = min(p.n for p in parts)
+    values = [statistics.fmean(p.values[i] for p in parts) for i in range(n)]
+    return Value(values, sorted({r for p in parts for r in p.run_ids}))
+
+
+def _paper_avg(paper_cells: list[float | None], printed: float | None) -> tuple[float | None, str]:
+    if any(v is None for v in paper_cells):
+        return printed, "printed" if printed is not None else ""
+    mean = statistics.fmean(v for v in paper_cells if v is not None)
+    note = ""
+    if printed is not None and abs(printed - mean) > PRINTED_AVG_TOLERANCE:
+        note = f"printed {printed:.3f}"
+    return mean, note
+
+
+def benchmark_table(ctx: Context, key: str, title: str, sweep: str, reference: str,
+                    baseline: str | None = "gspo_x2") -> Table:
+    """Per pair and agent: every method of the sweep's grid on the seven benchmarks and AVG
+    (recomputed); in the AVG cell, the difference to `baseline` in brackets, as the paper."""
+    protocol = ctx.protocol_of(sweep)
+    methods = ctx.grid(sweep).get("method", [])
+    methods = [str(m) for m in (methods if isinstance(methods, list) else [methods])]
+    published = benchmark_values(reference)
+    table = Table(key, f"{title} — {ctx.scale_note}; protocol `{protocol}`",
+                  [LABELS[b] for b in BENCHMARKS] + ["AVG"])
+    for p in ctx.pairs_of(sweep):
+        for agent in p.agents:
+            rows: dict[str, list[Entry]] = {}
+            for method in methods:
+                parts = [ctx.value(method, p, agent, ctx.benchmark_metric(protocol, b), sweep)
+                         for b in BENCHMARKS]
+                pub = [published.get((p.name, agent, method, b)) for b in BENCHMARKS]
+                avg_paper, note = _paper_avg(pub, published.get((p.name, agent, method,
+                                                                  "avg_printed")))
+                rows[method] = [Entry(v, pv) for v, pv in zip(parts, pub, strict=True)]
+                rows[method].append(Entry(_average(parts), avg_paper, paper_note=note))
+            if baseline in rows:
+                base = rows[baseline][-1]
+                for method, entries in rows.items():
+                    avg = entries[-1]
+                    if method == baseline or base.ours is None or avg.ours is None:
+                        continue
+                    if avg.ours.mean is not None and base.ours.mean is not None:
+                        avg.extra = f"[{avg.ours.mean - base.ours.mean:+.3f}]"
+                    if avg.paper is not None and base.paper is not None:
+                        avg.paper_extra = f"[{avg.paper - base.paper:+.3f}]"
+            for method, entries in rows.items():
+                table.add(p.name, f"{agent} · {METHOD_LABELS.get(method, method)}", entries)
+    table.notes += [
+        "Each cell: ours (mean ± sample std over runs when several), then the paper's value "
+        "and ours − paper. AVG is recomputed as the mean of the seven cells; when the paper "
+        "printed a different AVG it is shown as `printed`.",
+        f"Brackets in the AVG column: difference to {METHOD_LABELS.get(baseline or '', '')} "
+        "of the same agent." if baseline else "",
+        "Single-agent methods are one run per agent, shared by every pair the agent is in.",
+        "AIME2025: ours is avg@k with the protocol's k samples (see the run's protocol tag).",
+    ]
+    table.notes = [n for n in table.notes if n]
+    return table
+
+
+def seeds_table(ctx: Context) -> Table:
+    """Table 6: MATH-500 per seed and mean ± std (ddof = 1) for each agent and method."""
+    grid = ctx.grid("seeds")
+    seeds = [int(s) for s in grid.get("seed", [])]
+    protocol = ctx.protocol_of("seeds")
+    metric = ctx.benchmark_metric(protocol, "math500")
+    per_seed = paper("seeds")
+    summary = paper("seed_summary")
+    table = Table("table6", f"Table 6: MATH-500 over seeds — {ctx.scale_note}; protocol "
+                  f"`{protocol}`", [f"seed {s}" for s in seeds] + ["mean ± std"])
+    for p in ctx.pairs_of("seeds"):
+        for agent in p.agents:
+            for method in grid.get("method", []):
+                method = str(method)
+                entries = []
+                values = []
+                for seed in seeds:
+                    v = ctx.value(method, p, agent, metric, "seeds", seed=seed)
+                    match = per_seed[(per_seed["pair"] == p.name) & (per_seed["model"] == agent)
+                                     & (per_seed["method"] == method) & (per_seed["seed"] == seed)]
+                    entries.append(Entry(v, float(match["value"].iloc[0]) if len(match) else None))
+                    values.append(v)
+                row = summary[(summary["pair"] == p.name) & (summary["model"] == agent)
+                              & (summary["method"] == method)]
+                mean = float(row["mean_percent"].iloc[0]) / 100 if len(row) else None
+                note = f"± {float(row['std_percent'].iloc[0]) / 100:.4f}" if len(row) else ""
+                entries.append(Entry(Value.combine(values), mean, digits=4, paper_note=note))
+                table.add(p.name, f"{agent} · {METHOD_LABELS.get(method, method)}", entries)
+    table.notes.append("mean ± std: sample standard deviation (ddof = 1), as the paper. A seed the "
+                       "paper does not give shows no paper value (not 0).")
+    return table
+
+
+def alpha_table(ctx: Context) -> Table:
+    """MATH-500 of HACPO for alpha in the sweep's grid, per pair and agent."""
+    grid = ctx.grid("alpha")
+    alphas = [float(a) for a in grid.get("algo.alpha", [])]
+    protocol = ctx.protocol_of("alpha")
+    metric = ctx.benchmark_metric(protocol, "math500")
+    ref = paper("alpha_ablation")
+    table = Table("alpha", f"Alpha ablation: MATH-500 of HACPO — {ctx.scale_note}; protocol "
+                  f"`{protocol}`", [f"α = {a:g}" for a in alphas])
+    for p in ctx.pairs_of("alpha"):
+        for agent in p.agents:
+            entries = []
+            for a in alphas:
+                v = ctx.value("hacpo", p, agent, metric, "alpha", **{"algo.alpha": a})
+                match = ref[(ref["pair"] == p.name) & (ref["model"] == agent)
+                            & (ref["alpha"] == a)]
+                entries.append(Entry(v, float(match["value"].iloc[0]) if len(match) else None))
+            table.add(p.name, agent, entries)
+    return table

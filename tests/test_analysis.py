@@ -1,0 +1,219 @@
+"""analysis/: a real MLflow store with runs of known values -> exact table cells, deltas, missing
+reasons, mean ± std, claims, figures, the report folder and its MLflow run, `hacrl plot`."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from analysis.context import Context, pair
+from analysis.reference import BENCHMARKS
+from analysis.report import build
+from analysis.store import open_store
+from analysis.tables_accuracy import benchmark_table, seeds_table
+from analysis.tables_cost import runtime_table
+from hacrl.sweep.cells import Cell
+from hacrl.tracking import Tracker
+
+SIZE = pair("size")           # qwen3-1.7b-base + qwen3-4b-base
+LARGE = pair("size_large")    # qwen3-4b-base + qwen3-8b-base
+SMALL, BIG = SIZE.agents
+# distinct per benchmark, so a value in the wrong column shows
+OFFSETS = dict(zip(BENCHMARKS, (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06), strict=True))
+
+
+def _cell(cid: str, method: str, agents: tuple[str, ...] | list[str], sweeps: list[str],
+          seed: int = 0, **params: object) -> Cell:
+    from hacrl.algo.methods import METHODS
+
+    return Cell(cid, [], method, list(agents), seed, sweeps=sweeps, protocols=["main"],
+                trains=METHODS[method].trains, scale="tiny",
+                model_paths={a: f"/zoo/{a}" for a in agents},
+                params={"algo.alpha": 1.0, "train.steps": 30, **params})
+
+
+def _scores(base: float) -> dict[str, float]:
+    """Both protocols (Table 1 reads `main`, the seeds table `ablation`)."""
+    return {f"eval/{p}/tiny_{b}/acc": base + off for b, off in OFFSETS.items()
+            for p in ("main", "ablation")}
+
+
+class Store:
+    """Writes runs into a real sqlite MLflow store through hacrl's own Tracker."""
+
+    def __init__(self, root: Path) -> None:
+        self.uri = f"sqlite:///{root / 'mlflow.db'}"
+        self.tracker = Tracker(self.uri, "hacrl")
+
+    def run(self, kind: str, cell: str, method: str, model: str | None, metrics: dict,
+            status: str = "FINISHED", history: dict | None = None, **tags: str) -> str:
+        all_tags = {"hacrl.kind": kind, "config_hash": cell, "method": method, "scale": "tiny",
+                    **({"model": model} if model else {}), **tags}
+        run_id = self.tracker.start_run(f"{method}:{model}", all_tags)
+        for key, points in (history or {}).items():
+            for step, value in points:
+                self.tracker.log_metrics(run_id, {key: value}, step)
+        if metrics:
+            self.tracker.log_metrics(run_id, metrics, 30)
+        if status != "RUNNING":
+            self.tracker.finish(run_id, status)
+        return run_id
+
+
+@pytest.fixture()
+def world(tmp_path: Path) -> tuple[Context, dict[str, str]]:
+    """Table-1 cells of the size pair with every kind of outcome, and five hacpo seeds."""
+    store = Store(tmp_path)
+    ids: dict[str, str] = {}
+    cells = [
+        _cell("hacpo", "hacpo", SIZE.agents, ["table1", "seeds"]),
+        _cell("x2s", "gspo_x2", [SMALL], ["table1"]), _cell("x2b", "gspo_x2", [BIG], ["table1"]),
+        _cell("gspos", "gspo", [SMALL], ["table1"]), _cell("gspob", "gspo", [BIG], ["table1"]),
+        _cell("grpos", "grpo", [SMALL], ["table1"]),
+        _cell("bases", "base", [SMALL], ["table1"]),
+        *[_cell(f"hacpo{s}", "hacpo", SIZE.agents, ["seeds"], seed=s) for s in (1, 42)],
+        # a timing cell of each method for Table 7 (one repeat)
+        _cell("t_hacpo", "hacpo", SIZE.agents, ["cost"], timing_repeat=0),
+        *[_cell(f"t_{m}_{a}", m, [a], ["cost"], timing_repeat=0)
+          for m in ("gspo", "gspo_updates_x2", "gspo_x2") for a in SIZE.agents],
+    ]
+    for c in cells:
+        if c.cost is False and c.id.startswith("t_"):
+            c.cost = True
+    val = "val/tiny_math500/acc"
+    ids["hacpo_small"] = store.run("agent", "hacpo", "hacpo", SMALL, _scores(0.30),
+                                   history={val: [(0, 0.2), (5, 0.25), (10, 0.3)]})
+    store.run("agent", "hacpo", "hacpo", BIG, _scores(0.50), history={val: [(0, 0.4), (10, 0.5)]})
+    ids["x2_small"] = store.run("agent", "x2s", "gspo_x2", SMALL, _scores(0.20),
+                                history={val: [(0, 0.2), (10, 0.22)]})
+    store.run("agent", "x2b", "gspo_x2", BIG, _scores(0.45))
+    store.run("agent", "gspos", "gspo", SMALL, {}, status="FAILED")
+    store.run("agent", "gspob", "gspo", BIG, _scores(0.40), status="KILLED")
+    store.run("agent", "grpos", "grpo", SMALL, {}, status="RUNNING")
+    store.run("eval", "", "base", SMALL, _scores(0.10), **{"hacrl.model_path": f"/zoo/{SMALL}"})
+    for seed, base in ((1, 0.34), (42, 0.26)):
+        store.run("agent", f"hacpo{seed}", "hacpo", SMALL, _scores(base))
+    for cid, wall in (("t_hacpo", 30.0), (f"t_gspo_x2_{SMALL}", 20.0),
+                      (f"t_gspo_x2_{BIG}", 25.0), (f"t_gspo_{SMALL}", 10.0)):
+        store.run("job", cid, cid, None, {"time/wall_s": wall})
+    return Context(open_store(store.uri), cells, "tiny"), ids
+
+
+def _row(table, section: str, row: str) -> dict:
+    for s, r, entries in table.rows:
+        if (s, r) == (section, row):
+            return dict(zip(table.columns, entries, strict=True))
+    raise AssertionError(f"no row {section} / {row}: {[(s, r) for s, r, _ in table.rows]}")
+
+
+def test_table1_cells_deltas_and_missing_reasons(world):
+    ctx, ids = world
+    table = benchmark_table(ctx, "table1", "Table 1", "table1", "table1_main")
+    hacpo = _row(table, SIZE.name, f"{SMALL} · HACPO")
+    cell = hacpo["MATH-500"]
+    assert cell.ours.values == [pytest.approx(0.30)] and cell.ours.run_ids == [ids["hacpo_small"]]
+    assert cell.paper == 0.69 and cell.delta == pytest.approx(0.30 - 0.69)
+    assert hacpo["GSM8K"].ours.mean == pytest.approx(0.32) and hacpo["GSM8K"].paper == 0.822
+    avg = hacpo["AVG"]
+    assert avg.ours.mean == pytest.approx(0.33)           # mean of 0.30 .. 0.36
+    assert avg.extra == "[+0.100]"                        # minus GSPOx2's 0.23
+    paper_avg = statistics.fmean([0.69, 0.674, 0.822, 0.225, 0.45, 0.279, 0.314])
+    assert avg.paper == pytest.approx(paper_avg)
+    x2 = statistics.fmean([0.664, 0.65, 0.829, 0.177, 0.375, 0.265, 0.293])
+    assert avg.paper_extra == f"[{paper_avg - x2:+.3f}]"
+    assert "paper 0.690, Δ -0.390" in cell.paper_text()
+    # why cells are empty
+    assert _row(table, SIZE.name, f"{SMALL} · GSPO")["MATH-500"].ours.reason == "failed"
+    assert _row(table, SIZE.name, f"{BIG} · GSPO")["AVG"].ours.reason == "7 of 7 benchmarks missing"
+    assert _row(table, SIZE.name, f"{BIG} · GSPO")["MATH"].ours.reason == "killed"
+    assert _row(table, SIZE.name, f"{SMALL} · GRPO")["MATH"].ours.reason == "running"
+    assert _row(table, SIZE.name, f"{SMALL} · Naive")["MATH"].ours.reason == "not in this sweep"
+    assert _row(table, SIZE.name, f"{BIG} · Base")["MATH"].ours_text() == "— (not in this sweep)"
+    base = _row(table, SIZE.name, f"{SMALL} · Base")["AMC23"]
+    assert base.ours.mean == pytest.approx(0.14) and base.paper is not None
+    # a pair with no cell at all is still listed, every cell saying why
+    state = pair("state")
+    assert _row(table, state.name, f"{state.agents[0]} · HACPO")["AVG"].ours.mean is None
+    frame = table.to_frame()
+    assert set(frame[frame["missing"] != ""]["missing"]) >= {"failed", "running", "killed"}
+
+
+def test_printed_avg_that_differs_is_shown_next_to_the_mean(world):
+    ctx, _ = world
+    table = benchmark_table(ctx, "table9", "Table 9", "table9", "table9_additional")
+    avg = _row(table, LARGE.name, "qwen3-4b-base · HACPO")["AVG"]
+    assert avg.paper == pytest.approx(statistics.fmean([0.81, 0.803, 0.904, 0.275, 0.6, 0.364,
+                                                        0.463]))
+    assert avg.paper_note == "printed 0.614"
+
+
+def test_seeds_mean_and_sample_std(world):
+    ctx, _ = world
+    table = seeds_table(ctx)
+    row = _row(table, SIZE.name, f"{SMALL} · HACPO")
+    values = [0.30, 0.34, 0.26]  # seeds 0, 1, 42 (1337 and 3407 not run)
+    summary = row["mean ± std"]
+    assert summary.ours.values == pytest.approx(values)
+    assert summary.ours.std == pytest.approx(statistics.stdev(values))  # ddof = 1
+    assert summary.ours.reason == "2 of 5 not in this sweep"
+    assert summary.paper == pytest.approx(0.6552) and summary.paper_note == "± 0.0072"
+    assert row["seed 42"].ours.mean == pytest.approx(0.26) and row["seed 42"].paper == 0.664
+    assert "0.3000 ± 0.0400 (n=3)" in summary.ours_text()
+
+
+def test_runtime_sums_single_agent_baselines_over_both_agents(world):
+    ctx, _ = world
+    table = runtime_table(ctx)
+    x2 = _row(table, SIZE.name, "GSPOx2")
+    assert x2["total"].ours.mean == pytest.approx(45.0) and x2["total"].paper == 404
+    hacpo = _row(table, SIZE.name, "HACPO")
+    assert hacpo["total"].ours.mean == pytest.approx(30.0)
+    ratio = hacpo["total / GSPOx2 total"]
+    assert ratio.ours.mean == pytest.approx(30 / 45) and ratio.paper == pytest.approx(331 / 404)
+    # one agent of GSPO never timed: no total, and the reason says so
+    gspo = _row(table, SIZE.name, "GSPO")
+    assert gspo[BIG].ours.reason == "not run" and gspo["total"].ours.mean is None
+
+
+def test_report_folder_claims_figures_and_mlflow_run(world, tmp_path):
+    ctx, _ = world
+    report = build(ctx, "paper", tmp_path / "report")
+    folder = report.folder
+    for key in ("table1", "table6", "table7", "table9"):
+        for suffix in ("md", "tex", "csv"):
+            assert (folder / "tables" / f"{key}.{suffix}").stat().st_size > 0
+    assert "figure2" in report.figures
+    for name in report.figures:
+        assert (folder / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert b"<svg" in (folder / "figures" / f"{name}.svg").read_bytes()[:1000]
+    page = (folder / "index.html").read_text()
+    assert 'src="figures/figure2.png"' in page and "tiny scale" in page
+    assert "not comparable to the paper" in page and "failed" in page
+    claims = {c.text: c for c in report.claims}
+    above = claims["HACPO is above GSPOx2 (AVG) for every agent of every Table-1 pair"]
+    assert above.verdict == "supported" and above.paper_verdict == "supported"
+    assert "0.330 vs 0.230 (+0.100)" in " ".join(above.details)
+    cost = claims["HACPO takes less wall time than GSPOx2 (both agents)"]
+    assert cost.verdict == "supported" and "ratio 0.67" in cost.details[0]
+    runs = (folder / "runs.csv").read_text()
+    assert report.run_id and len(runs.splitlines()) > 10
+    store = open_store(ctx.store.uri)
+    (logged,) = store.select(**{"hacrl.kind": "report"})["run_id"]
+    artifacts = {a.path for a in store.client.list_artifacts(logged, "report")}
+    assert {"report/index.html", "report/figures", "report/tables"} <= artifacts
+
+
+def test_plot_any_metric_by_a_tag(world, tmp_path):
+    from analysis.plot import plot_metric
+
+    ctx, _ = world
+    files, drawn = plot_metric(ctx.store, "val/tiny_math500/acc", "method", [], tmp_path / "p")
+    assert drawn == 3 and all(f.stat().st_size > 0 for f in files)
+    with pytest.raises(ValueError, match="values present: .*hacpo"):
+        plot_metric(ctx.store, "reward/mean", "method", ["method=hacpox"], tmp_path / "q")
+    with pytest.raises(ValueError, match="not a tag or setting"):
+        plot_metric(ctx.store, "reward/mean", "colour", [], tmp_path / "q")
+    with pytest.raises(ValueError, match="none of the"):
+        plot_metric(ctx.store, "no/such/metric", "method", [], tmp_path / "q")
