@@ -47,6 +47,9 @@ def _report(args: argparse.Namespace, overrides: list[str]) -> int:
 
     report = make_report(args.name, overrides, log=not args.no_mlflow,
                          folder=Path(args.out) if args.out else None)
+    if not report.runs_read:
+        print(f"hacrl: report: no runs in {report.store}; every cell says `not run` (pass "
+              "output_root=... or MLFLOW_TRACKING_URI where the sweep ran)", file=sys.stderr)
     for claim in report.claims:
         print(f"- {claim.text}: {claim.verdict}")
     missing = sum(1 for t in report.tables.values() for _, _, es in t.rows for e in es

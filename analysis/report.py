@@ -67,6 +67,8 @@ class Report:
     claims: list[claims_mod.Claim]
     run_id: str | None
     seconds: float
+    runs_read: int = 0
+    store: str = ""
 
 
 def covered(sweep: str, ctx: Context) -> set[str]:
@@ -85,6 +87,8 @@ def make_report(sweep: str, overrides: list[str], log: bool = True,
     from hacrl.tracking import resolve_uri
 
     dirs = sweep_dirs or (SWEEP_DIR,)
+    # `+sweep=<name>` (plain Hydra multirun) selects the sweep; it is not a training setting
+    overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != "sweep"]
     sweep_file(sweep, dirs)  # an unknown sweep stops here, naming the known ones
     cfg = compose(overrides)
     root = Path(str(cfg.output_root)).expanduser().resolve()
@@ -124,7 +128,8 @@ def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     run_id = _log(ctx, sweep, folder) if log else None
-    return Report(folder, tables, figures, found_claims, run_id, time.perf_counter() - started)
+    return Report(folder, tables, figures, found_claims, run_id, time.perf_counter() - started,
+                  len(ctx.store.runs), ctx.store.uri)
 
 
 def _figures(ctx: Context, sweeps: set[str], folder: Path) -> list[str]:

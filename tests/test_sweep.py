@@ -155,6 +155,10 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
                                                          if r["status"] == "done"}
     assert all(Path(r["log"]).is_file() for r in rows)
     assert not _runs(root, "attributes.status = 'RUNNING'")
+    # the sweep ended by writing its report, also logged to MLflow
+    assert (root / "reports" / "mini-tiny" / "index.html").is_file(), first.stderr
+    assert "[hacrl sweep] report:" in first.stderr
+    assert len(_runs(root, "tags.`hacrl.kind` = 'report'")) == 1
 
     # again: finished cells are skipped (nothing retrained), the failed one is tried again
     second = subprocess.run(args, env=cli_env(root), capture_output=True, text=True, timeout=600)
