@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from omegaconf import DictConfig
 
 from analysis import claims as claims_mod
 from analysis.context import Context
@@ -34,6 +35,7 @@ from analysis.tables_cost import (
     ratio_stats_table,
     runtime_table,
 )
+from hacrl.sweep.cells import Cell
 
 # key -> (builder, the sweeps whose data it shows)
 TABLES: dict[str, tuple[Callable[[Context], Table], set[str]]] = {
@@ -78,8 +80,10 @@ def covered(sweep: str, ctx: Context) -> set[str]:
 
 def make_report(sweep: str, overrides: list[str], log: bool = True,
                 folder: Path | None = None, sweep_dir: Path | None = None,
-                sweep_dirs: tuple[Path, ...] | None = None) -> Report:
-    """The report of `sweep` at the scale and output root the overrides give."""
+                sweep_dirs: tuple[Path, ...] | None = None, cfg: DictConfig | None = None,
+                cells: list[Cell] | None = None) -> Report:
+    """The report of `sweep` at the scale and output root the overrides give. A running sweep
+    passes its own composed config and cells (Hydra cannot compose again inside its app)."""
     from analysis.cells import sweep_cells
     from analysis.store import open_store
     from hacrl.config import compose
@@ -90,10 +94,11 @@ def make_report(sweep: str, overrides: list[str], log: bool = True,
     # `+sweep=<name>` (plain Hydra multirun) selects the sweep; it is not a training setting
     overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != "sweep"]
     sweep_file(sweep, dirs)  # an unknown sweep stops here, naming the known ones
-    cfg = compose(overrides)
+    cfg = cfg if cfg is not None else compose(overrides)
     root = Path(str(cfg.output_root)).expanduser().resolve()
     store = open_store(resolve_uri(cfg.tracking.uri, root), str(cfg.tracking.experiment))
-    cells = sweep_cells(sweep, overrides, sweep_dir or root / "sweeps" / sweep, dirs)
+    if cells is None:
+        cells = sweep_cells(sweep, overrides, sweep_dir or root / "sweeps" / sweep, dirs)
     ctx = Context(store, cells, str(cfg.scale.name), dirs)
     return build(ctx, sweep, folder or root / "reports" / f"{sweep}-{ctx.scale}", log=log)
 

@@ -141,7 +141,7 @@ class SweepRun:
         say(f"{self.name}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) +
             f" in {time.perf_counter() - started:.0f} s; `hacrl status {self.name}` shows this "
             "table again")
-        self._report()
+        self._report(first, cells)
         if elsewhere:
             say(f"{len(elsewhere)} cells were running in other processes (an earlier sweep whose "
                 f"jobs outlived it); `hacrl status {self.name}` follows them, and this command "
@@ -151,14 +151,14 @@ class SweepRun:
                               + ", ".join(f"{r['cell']} ({r['status']})" for r in failed[:10]))
         return rows
 
-    def _report(self) -> None:
+    def _report(self, cfg: DictConfig, cells: list[Cell]) -> None:
         """A sweep ends by writing its report (tables, figures, claims); a report that cannot
         be made is said, and does not change the sweep's outcome."""
         from analysis.report import make_report
 
         try:
             report = make_report(self.name, self.arguments, sweep_dir=self.sweep_dir,
-                                 sweep_dirs=self.sweep_dirs())
+                                 sweep_dirs=self.sweep_dirs(), cfg=cfg, cells=cells)
         except Exception as err:  # the runs are safe in MLflow; `hacrl report` can retry
             say(f"report not written ({type(err).__name__}: {err}); run `hacrl report "
                 f"{self.name}` with the same overrides")
