@@ -47,7 +47,9 @@ def _compare(claim: Claim, table: Table, better: str, worse: str) -> Claim:
         w, w_paper = _avg(table, section, agent, worse)
         if b is not None and w is not None:
             ours.append(b > w)
-            claim.details.append(f"{section} / {agent}: {b:.3f} vs {w:.3f} ({b - w:+.3f})")
+            claim.details.append(f"{section} / {agent}: {METHOD_LABELS.get(better, better)} "
+                                 f"{b:.3f} vs {METHOD_LABELS.get(worse, worse)} {w:.3f} "
+                                 f"({b - w:+.3f})")
         else:
             claim.details.append(f"{section} / {agent}: missing runs")
         if b_paper is not None and w_paper is not None:

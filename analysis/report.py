@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -71,6 +71,7 @@ class Report:
     seconds: float
     runs_read: int = 0
     store: str = ""
+    undrawn: list[str] = field(default_factory=list)
 
 
 def covered(sweep: str, ctx: Context) -> set[str]:
@@ -118,14 +119,15 @@ def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
             (tmp / "tables" / f"{key}.md").write_text(table.to_markdown())
             (tmp / "tables" / f"{key}.tex").write_text(table.to_latex())
             table.to_frame().to_csv(tmp / "tables" / f"{key}.csv", index=False)
-        figures = _figures(ctx, sweeps, tmp / "figures")
+        figures, undrawn = _figures(ctx, sweeps, tmp / "figures")
         runs = [{"table": key, "section": s, "row": r, "column": c, "run_ids": " ".join(ids)}
                 for key, t in tables.items() for s, r, c, ids in t.run_ids()]
         pd.DataFrame(runs, columns=["table", "section", "row", "column", "run_ids"]).to_csv(
             tmp / "runs.csv", index=False)
         title = f"hacrl report: sweep `{sweep}`, {ctx.scale_note}"
-        (tmp / "report.md").write_text(_markdown(title, tables, figures, found_claims))
-        (tmp / "index.html").write_text(_html(title, ctx, tables, figures, found_claims))
+        (tmp / "report.md").write_text(_markdown(title, tables, figures, undrawn, found_claims))
+        (tmp / "index.html").write_text(_html(title, ctx, tables, figures, undrawn,
+                                              found_claims))
         if folder.exists():
             shutil.rmtree(folder)
         tmp.rename(folder)
@@ -134,24 +136,26 @@ def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
         raise
     run_id = _log(ctx, sweep, folder) if log else None
     return Report(folder, tables, figures, found_claims, run_id, time.perf_counter() - started,
-                  len(ctx.store.runs), ctx.store.uri)
+                  len(ctx.store.runs), ctx.store.uri, undrawn)
 
 
-def _figures(ctx: Context, sweeps: set[str], folder: Path) -> list[str]:
+def _figures(ctx: Context, sweeps: set[str], folder: Path) -> tuple[list[str], list[str]]:
+    """Figures drawn, and those of the covered sweeps with nothing to draw yet."""
     import matplotlib.pyplot as plt
 
-    made = []
+    made, undrawn = [], []
     for name, builder in FIGURES.items():
         if not FIGURE_SWEEPS[name] & sweeps:
             continue
         fig = builder(ctx)
         if fig is None:
+            undrawn.append(name)
             continue
         fig.savefig(folder / f"{name}.png", dpi=110)
         fig.savefig(folder / f"{name}.svg")
         plt.close(fig)
         made.append(name)
-    return made
+    return made, undrawn
 
 
 def _log(ctx: Context, sweep: str, folder: Path) -> str:
@@ -177,11 +181,15 @@ def _claims_lines(found: list[claims_mod.Claim]) -> list[str]:
     return lines
 
 
-def _markdown(title: str, tables: dict[str, Table], figures: list[str],
+UNDRAWN = "no run of its cells has logged the curve or value yet"
+
+
+def _markdown(title: str, tables: dict[str, Table], figures: list[str], undrawn: list[str],
               found: list[claims_mod.Claim]) -> str:
     parts = [f"# {title}", "", "## Claims", "", *_claims_lines(found), ""]
     parts += [t.to_markdown() for t in tables.values()]
     parts += ["## Figures", ""] + [f"![{f}](figures/{f}.png)" for f in figures]
+    parts += [f"- {f}: not drawn ({UNDRAWN})" for f in undrawn]
     return "\n".join(parts) + "\n"
 
 
@@ -199,7 +207,7 @@ document.body.setAttribute('data-images',n+'/'+i.length)});</script>"""
 
 
 def _html(title: str, ctx: Context, tables: dict[str, Table], figures: list[str],
-          found: list[claims_mod.Claim]) -> str:
+          undrawn: list[str], found: list[claims_mod.Claim]) -> str:
     toc = "".join(f'<li><a href="#{k}">{html.escape(t.title.split(" — ")[0])}</a></li>'
                   for k, t in tables.items())
     toc += "".join(f'<li><a href="#fig-{f}">figure: {f}</a></li>' for f in figures)
@@ -211,6 +219,8 @@ def _html(title: str, ctx: Context, tables: dict[str, Table], figures: list[str]
         for c in found)
     figs = "".join(f'<h3 id="fig-{f}">{f}</h3><a href="figures/{f}.svg">'
                    f'<img src="figures/{f}.png" alt="{f}"></a>' for f in figures)
+    figs += "".join(f'<h3 id="fig-{f}">{f}</h3><p class="paper">not drawn: {UNDRAWN}</p>'
+                    for f in undrawn)
     runs = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(s)}</td>"
                    f"<td>{html.escape(r)}</td><td>{html.escape(c)}</td>"
                    f"<td><code>{html.escape(' '.join(ids))}</code></td></tr>"

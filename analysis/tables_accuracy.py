@@ -16,6 +16,9 @@ def _average(parts: list[Value]) -> Value:
     """AVG recomputed as the mean of the benchmark cells, run by run (seeds stay apart)."""
     missing = [p for p in parts if p.mean is None]
     if missing:
+        reasons = {p.reason for p in missing}
+        if len(missing) == len(parts) and len(reasons) == 1:  # e.g. the run failed
+            return Value(run_ids=missing[0].run_ids, reason=reasons.pop())
         return Value(reason=f"{len(missing)} of {len(parts)} benchmarks missing")
     n = min(p.n for p in parts)
     values = [statistics.fmean(p.values[i] for p in parts) for i in range(n)]

@@ -7,6 +7,7 @@ from analysis.cells import Value, curve_run, find, run_value
 from analysis.context import Context, Pair
 from analysis.reference import METHOD_LABELS, paper
 from analysis.table import Entry, Table
+from hacrl.algo.methods import METHODS
 
 HYPER = (("alpha", "algo.alpha", "α"), ("cross_clip_lower", "algo.cross_clip_lower", "lower bound"),
          ("cross_clip_step", "algo.delta_step", "δ step"))
@@ -96,7 +97,7 @@ def runtime_table(ctx: Context) -> Table:
     for method in methods:
         published = ref[(ref["pair"] == p.name) & (ref["method"] == method)]
         pub = {str(r.model): float(r.wall_minutes) for r in published.itertuples()}
-        if method == "hacpo" or method not in ("gspo", "gspo_updates_x2", "gspo_x2"):
+        if METHODS[method].shares_rollouts:  # one job trains the whole team
             per_agent = [Entry(None, None, compare=False) for _ in p.agents]
             summed = _timing(ctx, method, list(p.agents), "time/wall_s")
         else:
@@ -136,7 +137,8 @@ def memory_table(ctx: Context) -> Table:
     for method in [str(m) for m in ctx.grid("cost").get("method", [])]:
         published = ref[(ref["pair"] == p.name) & (ref["method"] == method)]
         pub = {str(r.model): float(r.peak_gpu_memory_percent) for r in published.itertuples()}
-        teams = [list(p.agents)] if method == "hacpo" else [[a] for a in p.agents]
+        shared = METHODS[method].shares_rollouts
+        teams = [list(p.agents)] if shared else [[a] for a in p.agents]
         entries = []
         for team in teams:
             found = _timing(ctx, method, team, metric)
@@ -145,7 +147,7 @@ def memory_table(ctx: Context) -> Table:
                 v = Value([100 * x for x in v.values], v.run_ids)
             entries.append(Entry(v, pub.get(team[0] if len(team) == 1 else "overall"),
                                  digits=2, compare=gpu))
-        if method == "hacpo":
+        if shared:
             entries = [Entry(None, None) for _ in p.agents] + entries
         else:
             entries.append(Entry(None, None))

@@ -36,8 +36,13 @@ def _cell(cid: str, method: str, agents: tuple[str, ...] | list[str], sweeps: li
 
 def _scores(base: float) -> dict[str, float]:
     """Both protocols (Table 1 reads `main`, the seeds table `ablation`)."""
-    return {f"eval/{p}/tiny_{b}/acc": base + off for b, off in OFFSETS.items()
-            for p in ("main", "ablation")}
+    out = {f"eval/{p}/tiny_{b}/acc": base + off for b, off in OFFSETS.items()
+           for p in ("main", "ablation")}
+    return {**out, "eval/main/avg/acc": base + 0.03, "eval/ablation/avg/acc": base + 0.03}
+
+
+def _curves(*keys: str) -> dict[str, list[tuple[int, float]]]:
+    return {k: [(s, 0.5 + 0.01 * s) for s in range(1, 6)] for k in keys}
 
 
 class Store:
@@ -73,6 +78,10 @@ def world(tmp_path: Path) -> tuple[Context, dict[str, str]]:
         _cell("gspos", "gspo", [SMALL], ["table1"]), _cell("gspob", "gspo", [BIG], ["table1"]),
         _cell("grpos", "grpo", [SMALL], ["table1"]),
         _cell("bases", "base", [SMALL], ["table1"]),
+        _cell("f3", "hacpo_no_clip", LARGE.agents, ["figure3"]),
+        _cell("alpha0", "hacpo", SIZE.agents, ["alpha"], **{"algo.alpha": 0.0}),
+        _cell("sched", "hacpo", SIZE.agents, ["schedules"], **{
+            "algo.alpha": 3.0, "algo.cross_clip_lower": 0.9, "algo.delta_step": 0.01}),
         *[_cell(f"hacpo{s}", "hacpo", SIZE.agents, ["seeds"], seed=s) for s in (1, 42)],
         # a timing cell of each method for Table 7 (one repeat)
         _cell("t_hacpo", "hacpo", SIZE.agents, ["cost"], timing_repeat=0),
@@ -83,8 +92,14 @@ def world(tmp_path: Path) -> tuple[Context, dict[str, str]]:
         if c.cost is False and c.id.startswith("t_"):
             c.cost = True
     val = "val/tiny_math500/acc"
+    dynamics = _curves("capability/P", f"omega/{BIG}", "ratio/s_hete_mean", "ratio/s_hete_min",
+                       "ratio/s_hete_max", "reward/mean", "response/length_mean")
     ids["hacpo_small"] = store.run("agent", "hacpo", "hacpo", SMALL, _scores(0.30),
-                                   history={val: [(0, 0.2), (5, 0.25), (10, 0.3)]})
+                                   history={val: [(0, 0.2), (5, 0.25), (10, 0.3)], **dynamics})
+    store.run("agent", "f3", "hacpo_no_clip", LARGE.agents[0], _scores(0.4),
+              history=_curves(val))
+    store.run("agent", "alpha0", "hacpo", SMALL, _scores(0.28))
+    store.run("agent", "sched", "hacpo", BIG, _scores(0.52))
     store.run("agent", "hacpo", "hacpo", BIG, _scores(0.50), history={val: [(0, 0.4), (10, 0.5)]})
     ids["x2_small"] = store.run("agent", "x2s", "gspo_x2", SMALL, _scores(0.20),
                                 history={val: [(0, 0.2), (10, 0.22)]})
@@ -126,7 +141,7 @@ def test_table1_cells_deltas_and_missing_reasons(world):
     assert "paper 0.690, Δ -0.390" in cell.paper_text()
     # why cells are empty
     assert _row(table, SIZE.name, f"{SMALL} · GSPO")["MATH-500"].ours.reason == "failed"
-    assert _row(table, SIZE.name, f"{BIG} · GSPO")["AVG"].ours.reason == "7 of 7 benchmarks missing"
+    assert _row(table, SIZE.name, f"{BIG} · GSPO")["AVG"].ours.reason == "killed"
     assert _row(table, SIZE.name, f"{BIG} · GSPO")["MATH"].ours.reason == "killed"
     assert _row(table, SIZE.name, f"{SMALL} · GRPO")["MATH"].ours.reason == "running"
     assert _row(table, SIZE.name, f"{SMALL} · Naive")["MATH"].ours.reason == "not in this sweep"
@@ -184,7 +199,9 @@ def test_report_folder_claims_figures_and_mlflow_run(world, tmp_path):
     for key in ("table1", "table6", "table7", "table9"):
         for suffix in ("md", "tex", "csv"):
             assert (folder / "tables" / f"{key}.{suffix}").stat().st_size > 0
-    assert "figure2" in report.figures
+    from analysis.figures import FIGURES
+
+    assert report.figures == list(FIGURES) and not report.undrawn  # each figure is produced
     for name in report.figures:
         assert (folder / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
         assert b"<svg" in (folder / "figures" / f"{name}.svg").read_bytes()[:1000]
@@ -194,7 +211,7 @@ def test_report_folder_claims_figures_and_mlflow_run(world, tmp_path):
     claims = {c.text: c for c in report.claims}
     above = claims["HACPO is above GSPOx2 (AVG) for every agent of every Table-1 pair"]
     assert above.verdict == "supported" and above.paper_verdict == "supported"
-    assert "0.330 vs 0.230 (+0.100)" in " ".join(above.details)
+    assert "HACPO 0.330 vs GSPOx2 0.230 (+0.100)" in " ".join(above.details)
     cost = claims["HACPO takes less wall time than GSPOx2 (both agents)"]
     assert cost.verdict == "supported" and "ratio 0.67" in cost.details[0]
     runs = (folder / "runs.csv").read_text()
@@ -210,7 +227,7 @@ def test_plot_any_metric_by_a_tag(world, tmp_path):
 
     ctx, _ = world
     files, drawn = plot_metric(ctx.store, "val/tiny_math500/acc", "method", [], tmp_path / "p")
-    assert drawn == 3 and all(f.stat().st_size > 0 for f in files)
+    assert drawn == 4 and all(f.stat().st_size > 0 for f in files)  # runs with that curve
     with pytest.raises(ValueError, match="values present: .*hacpo"):
         plot_metric(ctx.store, "reward/mean", "method", ["method=hacpox"], tmp_path / "q")
     with pytest.raises(ValueError, match="not a tag or setting"):
