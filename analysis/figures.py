@@ -47,6 +47,15 @@ def _panels(n: int, title: str) -> tuple[Figure, list[Any]]:
     return fig, flat[:n]
 
 
+def _finish(fig: Figure, drawn: int) -> Figure | None:
+    """The laid-out figure, or None (closed) when nothing of it has run yet."""
+    fig.tight_layout()
+    if not drawn:
+        plt.close(fig)
+        return None
+    return fig
+
+
 def _method_curves(ctx: Context, title: str, panels: list[tuple[Pair, str]],
                    methods: list[str], sweep: str, key: str, ylabel: str) -> Figure | None:
     fig, axes = _panels(len(panels), title)
@@ -63,11 +72,7 @@ def _method_curves(ctx: Context, title: str, panels: list[tuple[Pair, str]],
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    if not drawn:
-        plt.close(fig)
-        return None
-    return fig
+    return _finish(fig, drawn)
 
 
 def figure2(ctx: Context) -> Figure | None:
@@ -112,11 +117,7 @@ def alpha_plot(ctx: Context) -> Figure | None:
         ax.set_ylabel("MATH-500 (ours)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    if not drawn:
-        plt.close(fig)
-        return None
-    return fig
+    return _finish(fig, drawn)
 
 
 def schedule_heatmaps(ctx: Context) -> Figure | None:
@@ -151,11 +152,7 @@ def schedule_heatmaps(ctx: Context) -> Figure | None:
         ax.set_xlabel("lower bound (1 − δ) / δ step")
         ax.set_title(agent, fontsize=9)
         fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    if not drawn:
-        plt.close(fig)
-        return None
-    return fig
+    return _finish(fig, drawn)
 
 
 def hacpo_dynamics(ctx: Context) -> Figure | None:
@@ -185,11 +182,7 @@ def hacpo_dynamics(ctx: Context) -> Figure | None:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    if not drawn:
-        plt.close(fig)
-        return None
-    return fig
+    return _finish(fig, drawn)
 
 
 def training_curves(ctx: Context) -> Figure | None:
@@ -209,11 +202,7 @@ def training_curves(ctx: Context) -> Figure | None:
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    if not drawn:
-        plt.close(fig)
-        return None
-    return fig
+    return _finish(fig, drawn)
 
 
 FIGURES = {"figure2": figure2, "figure3": figure3, "alpha": alpha_plot,
