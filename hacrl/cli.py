@@ -9,11 +9,18 @@ import sys
 from pathlib import Path
 
 
-def _train(overrides: list[str]) -> int:
+def _train(overrides: list[str], dry: bool = False, dry_dir: str | None = None) -> int:
     from hacrl.config import ConfigError, compose, validate
 
     try:
         spec = validate(compose(overrides))
+        if dry:
+            from hacrl.dryrun import dry_run
+
+            for record in dry_run(spec, Path(dry_dir) if dry_dir else None):
+                print(" ".join(f"{k}={v}" for k, v in record.items()))
+            print(f"hacrl: dry run of job {spec.config_hash} ({spec.cfg.engine.name}): ok")
+            return 0
     except ConfigError as err:
         print(f"hacrl: config error: {err}", file=sys.stderr)
         return 2
@@ -175,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train one job: hacrl train [hydra overrides]")
     train.add_argument("overrides", nargs="*", help="e.g. pair=size method=hacpo seed=1")
+    train.add_argument("--dry-run", action="store_true",
+                       help="compose and validate everything (engine=verl: build each agent's "
+                       "verl config through verl's own classes), then stop")
+    train.add_argument("--dry-run-dir", default=None,
+                       help="with --dry-run: write the per-agent configs here")
     ev = sub.add_parser("eval", help="evaluate a catalog model, a checkpoint or an agent run on the "
                         "configured benchmarks through lm-eval; scores go to MLflow")
     ev.add_argument("--model", help="catalog model before training, e.g. qwen3-4b-base")
@@ -218,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args, unknown = parser.parse_known_args(argv)
     if args.command == "train":
-        return _train([*args.overrides, *unknown])
+        return _train([*args.overrides, *unknown], args.dry_run, args.dry_run_dir)
     if args.command == "eval":
         return _eval(args, [*args.overrides, *unknown])
     if args.command == "sweep":

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from hacrl.config import AgentSpec, JobSpec
-from hacrl.engines.base import SamplingParams, make_engine
+from hacrl.engines.base import EngineContext, SamplingParams, make_engine
 from hacrl.evaluation import greedy_accuracy
 from hacrl.evaluation.runner import evaluate_into_run
 from hacrl.loop import Agent, LoopSettings, PromptSchedule, TeamLoop, seed_everything
@@ -80,14 +80,20 @@ def _settings(spec: JobSpec) -> LoopSettings:
         baseline_guard=c.algo.baseline_guard, zero_uniform_groups=c.algo.zero_uniform_groups)
 
 
-def _engine(spec: JobSpec, agent: AgentSpec) -> Any:
+def _engine(spec: JobSpec, agent: AgentSpec, index: int, team_size: int, root: Path) -> Any:
     c = spec.cfg
+    context = EngineContext(
+        cfg=c, agent_name=agent.name, agent_index=index, n_agents=team_size, loss=spec.loss,
+        group_size=int(c.train.rollouts_per_prompt) * spec.method.rollout_multiplier,
+        minibatch_prompts=int(c.train.minibatch_prompts) // spec.method.minibatch_divisor,
+        run_dir=root)
     return make_engine(c.engine.name, model_path=agent.path, lr=float(c.train.lr),
                        betas=tuple(c.train.betas), weight_decay=float(c.train.weight_decay),
                        grad_clip=float(c.train.grad_clip), device=c.engine.device,
                        dtype=c.engine.dtype, reference=spec.loss.kl_coef > 0,
                        temperature=float(c.rollout.temperature),
-                       micro_batch_rows=c.train.micro_batch_rows, chunk_rows=c.engine.chunk_rows)
+                       micro_batch_rows=c.train.micro_batch_rows, chunk_rows=c.engine.chunk_rows,
+                       context=context)
 
 
 class _Terminated(BaseException):
@@ -271,7 +277,8 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
         return json.loads(paths.done.read_text())
     setup_start = time.perf_counter()
     seed_everything(int(c.seed))
-    agents = [Agent(a.name, _engine(spec, a)) for a in team]
+    agents = [Agent(a.name, _engine(spec, a, i, len(team), paths.root))
+              for i, a in enumerate(team)]
     grade = grader(c)
     loop = TeamLoop(agents, spec.method, _settings(spec),
                     PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step,
@@ -328,6 +335,8 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
         # (on GPUs, vLLM needs the memory)
         names = [a.name for a in agents]
         fallback = {a.name: a.path for a in team}
+        for agent in agents:
+            agent.engine.close()
         del loop, agents
         _release_memory()
         for name in names:

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from hacrl import algo
 from hacrl.algo import LossBatch, LossConfig, MethodSpec
-from hacrl.engines.base import Engine, SamplingParams
+from hacrl.engines.base import Engine, MiniBatchLoss, SamplingParams
 from hacrl.rollout import TokenView, Trajectory, own_view, render_prompt_ids, retokenize
 from hacrl.task import Problem
 from hacrl.tasks import Grader
@@ -287,19 +287,11 @@ class TeamLoop:
         updates = 0
         for m, start in enumerate(range(0, len(views), self.rows_per_update)):
             index = order[start:start + self.rows_per_update]
-            collected: list[algo.LossOutput] = []
-
-            def loss_fn(logp: Tensor, rows: LossBatch, denominators: algo.Denominators | None = None,
-                        m: int = m, collected: list[algo.LossOutput] = collected) -> algo.LossOutput:
-                out = algo.policy_loss(logp, rows, self.settings.loss, update_index=m,
-                                       denominators=denominators)
-                collected.append(out)
-                return out
-
+            loss_fn = MiniBatchLoss(self.settings.loss, update_index=m)
             rows = [views[i] for i in index.tolist()]
             width = max(1, max(len(v.response_ids) for v in rows))
             metrics = engine.train_minibatch(rows, batch.select(index).trim(width), loss_fn)
-            for out in collected:
+            for out in loss_fn.outputs:
                 s_homo.append(out.s_homo.cpu())
                 s_hete.append(out.s_hete.cpu())
             for key, value in metrics.items():

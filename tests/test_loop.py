@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import hacrl.algo
+import hacrl.engines.base
 from hacrl.algo import METHODS, LossConfig
 from hacrl.engines.base import Engine, SamplingParams
 from hacrl.engines.local import LocalEngine
@@ -234,7 +235,7 @@ def test_update_index_reaches_the_loss(micro_zoo, lenient_grader, monkeypatch):
         seen.append(update_index)
         return real(logp, batch, cfg, update_index, denominators=denominators)
 
-    monkeypatch.setattr(hacrl.algo, "policy_loss", spy)
+    monkeypatch.setattr(hacrl.engines.base, "policy_loss", spy)  # what MiniBatchLoss calls
     loop, engines, _ = make_loop(micro_zoo, [QWEN, LLAMA], "hacpo", lenient_grader)
     result = loop.step(1)
     updates = 2 * P // MB

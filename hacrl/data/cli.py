@@ -32,6 +32,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="each source and its local status")
     lst.add_argument("names", nargs="*", help="hydra overrides such as data.root=/x")
     lst.add_argument("--scale", choices=("tiny", "paper"), default=None)
+    verl = sub.add_parser("verl", help="write prepared sources as verl RL parquet "
+                          "(<data.root>/verl/<name>.parquet) for engine=verl and verl's tools")
+    verl.add_argument("names", nargs="*", help="sources (default: math_train) and hydra overrides")
     return data
 
 
@@ -97,6 +100,14 @@ def _list(data_cfg: Any, scale: str | None) -> int:
     return 0
 
 
+def _verl(data_cfg: Any, names: list[str]) -> int:
+    from hacrl.engines.verl.data import write_parquet
+
+    for name in names:
+        print(f"{name}: {write_parquet(data_cfg, name)}")
+    return 0
+
+
 def run(args: argparse.Namespace, unknown_overrides: list[str] | None = None) -> int:
     """Run a parsed `hacrl data ...` command; returns the exit code (2: config error)."""
     from hacrl.config import ConfigError, compose
@@ -109,6 +120,8 @@ def run(args: argparse.Namespace, unknown_overrides: list[str] | None = None) ->
             if names:
                 raise ConfigError(f"hacrl data list takes no source names (got {' '.join(names)})")
             return _list(data_cfg, args.scale)
+        if args.data_command == "verl":
+            return _verl(data_cfg, names or ["math_train"])
         return _prepare(data_cfg, names, args.force, args.scale)
     except ConfigError as err:
         print(f"hacrl: data: {err}", file=sys.stderr)

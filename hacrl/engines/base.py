@@ -8,24 +8,57 @@ one is adding one entry.
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from torch import Tensor
 
-from hacrl.algo import Denominators, LossBatch, LossOutput
+from hacrl.algo import Denominators, LossBatch, LossConfig, LossOutput, policy_loss
 from hacrl.rollout import ChatTokenizer, TokenView
 
 
-class LossFn(Protocol):
-    """loss_fn(logp, rows, denominators=None): with denominators (of the whole mini-batch) the
-    result is this micro-batch's exact share of the mini-batch loss (`hacrl.algo.policy_loss`)."""
+@dataclass
+class MiniBatchLoss:
+    """The loss of optimizer update m of a step: `hacrl.algo.policy_loss` with update_index=m.
+
+    In-process engines call it: loss(logp, rows, denominators=None); with the denominators of
+    the whole mini-batch the result is one micro-batch's exact share of the mini-batch loss.
+    Engines whose workers compute the loss elsewhere (verl) ship `config` and `update_index`
+    instead, and the same `policy_loss` runs there. `outputs` collects what was computed here.
+    """
+
+    config: LossConfig
+    update_index: int
+    outputs: list[LossOutput] = field(default_factory=list)
 
     def __call__(self, logp: Tensor, rows: LossBatch,
-                 denominators: Denominators | None = None) -> LossOutput: ...
+                 denominators: Denominators | None = None) -> LossOutput:
+        out = policy_loss(logp, rows, self.config, update_index=self.update_index,
+                          denominators=denominators)
+        self.outputs.append(out)
+        return out
+
+
+LossFn = MiniBatchLoss
+
+
+@dataclass(frozen=True)
+class EngineContext:
+    """What an engine may need about its job besides its model (the local engine needs none
+    of it; the verl engine builds its cluster config from it)."""
+
+    cfg: Any  # the resolved job config
+    agent_name: str
+    agent_index: int  # place in the team (0..n_agents-1)
+    n_agents: int
+    loss: LossConfig
+    group_size: int  # G, the method's multiplier applied
+    minibatch_prompts: int  # prompts per optimizer update, the method's divisor applied
+    run_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -59,7 +92,8 @@ class Engine(ABC):
         """Per-token log-probs of each view's response under the current (or reference) policy."""
 
     @abstractmethod
-    def train_minibatch(self, views: list[TokenView], batch: LossBatch, loss_fn: LossFn) -> dict[str, float]:
+    def train_minibatch(self, views: list[TokenView], batch: LossBatch,
+                        loss_fn: MiniBatchLoss) -> dict[str, float]:
         """One optimizer update on these rows; returns the loss's metrics plus grad_norm."""
 
     @abstractmethod
@@ -72,11 +106,18 @@ class Engine(ABC):
     def memory_metrics(self) -> dict[str, float]:
         return {}
 
+    def close(self) -> None:
+        """Free what the engine holds outside this process (workers, GPUs); no-op by default."""
+        return None
+
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
 
 ENGINES: dict[str, Callable[..., Engine]] = {}
+# Modules that register an engine when imported; imported only when that engine is asked for,
+# so `import hacrl` never imports verl.
+ENGINE_MODULES = {"local": "hacrl.engines.local", "verl": "hacrl.engines.verl"}
 
 
 def register_engine(name: str) -> Callable[[Callable[..., Engine]], Callable[..., Engine]]:
@@ -89,9 +130,8 @@ def register_engine(name: str) -> Callable[[Callable[..., Engine]], Callable[...
 
 
 def make_engine(name: str, **kwargs: Any) -> Engine:
-    if name not in ENGINES:
-        # engines register on import; the local one is always available
-        import hacrl.engines.local  # noqa: F401
+    if name not in ENGINES and name in ENGINE_MODULES:
+        importlib.import_module(ENGINE_MODULES[name])  # engines register on import
     if name not in ENGINES:
         raise KeyError(f"unknown engine {name!r}; registered: {', '.join(sorted(ENGINES))}")
     return ENGINES[name](**kwargs)

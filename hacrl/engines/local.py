@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from hacrl.algo import Denominators, LossBatch
-from hacrl.engines.base import Engine, Generation, LossFn, SamplingParams, register_engine
+from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams, register_engine
 from hacrl.rollout import TokenView, eos_id
 from hacrl.telemetry import peak_memory_metrics
 
@@ -34,7 +34,8 @@ class LocalEngine(Engine):
     def __init__(self, model_path: str, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  weight_decay: float = 0.0, grad_clip: float = 1.0, device: str = "auto",
                  dtype: str = "float32", reference: bool = False, temperature: float = 1.0,
-                 micro_batch_rows: int | None = None, chunk_rows: int = 512) -> None:
+                 micro_batch_rows: int | None = None, chunk_rows: int = 512,
+                 context: Any = None) -> None:  # context: the job's, not needed here
         self.device = pick_device(device)
         self.model_path = model_path
         self.tokenizer: Any = AutoTokenizer.from_pretrained(model_path)
@@ -131,7 +132,7 @@ class LocalEngine(Engine):
 
     # -- training -----------------------------------------------------------------------------
     def train_minibatch(self, views: list[TokenView], batch: LossBatch,
-                        loss_fn: LossFn) -> dict[str, float]:
+                        loss_fn: MiniBatchLoss) -> dict[str, float]:
         self.model.train()
         rows = len(views)
         step = self.micro_batch_rows or rows

@@ -1,0 +1,53 @@
+"""`hacrl train ... --dry-run`: everything a job would set up, checked, without training.
+
+It composes and validates the job like `hacrl train`, then asks the engine's module for its
+own view of each agent (`describe(context, model_path)`, optional): the verl engine builds the
+agent's verl trainer config and validates it through verl's dataclasses. The result is printed
+and, with `--dry-run-dir`, written there (one YAML per agent) for inspection.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from hacrl.config import JobSpec
+from hacrl.engines.base import ENGINE_MODULES, EngineContext
+
+
+def contexts(spec: JobSpec) -> list[tuple[EngineContext, str]]:
+    """(context, model path) of every agent of every team, as the job would build them."""
+    from hacrl.job import run_dir
+
+    c, out = spec.cfg, []
+    root = run_dir(spec)
+    for t, team in enumerate(spec.teams):
+        for i, agent in enumerate(team):
+            out.append((EngineContext(
+                cfg=c, agent_name=agent.name, agent_index=i, n_agents=len(team), loss=spec.loss,
+                group_size=int(c.train.rollouts_per_prompt) * spec.method.rollout_multiplier,
+                minibatch_prompts=int(c.train.minibatch_prompts) // spec.method.minibatch_divisor,
+                run_dir=root / f"team-{t}"), agent.path))
+    return out
+
+
+def dry_run(spec: JobSpec, write_dir: Path | None = None) -> list[dict[str, Any]]:
+    """One record per agent: engine, model, and what the engine's `describe` returns."""
+    engine = str(spec.cfg.engine.name)
+    module = importlib.import_module(ENGINE_MODULES[engine]) if engine in ENGINE_MODULES else None
+    describe = getattr(module, "describe", None)
+    records = []
+    for context, path in contexts(spec):
+        record: dict[str, Any] = {"team": str(context.run_dir.name if context.run_dir else ""),
+                                  "agent": context.agent_name, "model": path, "engine": engine,
+                                  "group_size": context.group_size,
+                                  "minibatch_prompts": context.minibatch_prompts}
+        if describe is not None:
+            record.update(describe(context, path, write_dir))
+        records.append(record)
+    if write_dir is not None:
+        write_dir.mkdir(parents=True, exist_ok=True)
+        (write_dir / "dry_run.json").write_text(json.dumps(records, indent=1, default=str))
+    return records

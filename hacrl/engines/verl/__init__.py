@@ -1,0 +1,63 @@
+"""engine=verl: the HACPO loop on GPU clusters through verl 0.9.1 (FSDP actors, vLLM rollouts).
+
+Nothing here imports verl at import time: `hacrl` installs and runs without it, and the pieces
+that need it import it inside functions. The parts:
+
+- `batch`: our rows (TokenView + LossBatch) <-> verl's TensorDict layout (no-padding, jagged).
+- `loss`: the workers' loss callable; the same `hacrl.algo.policy_loss` as the local engine.
+- `workers`: verl worker subclasses that number mini-batches (update index m) for the loss.
+- `config`: our Hydra config -> verl's trainer config, validated by verl's dataclasses.
+- `data`: MATH train split -> verl's RL parquet schema.
+- `ray_cluster`: Ray inside a SLURM allocation.
+- `engine`: `VerlEngine`, the adapter behind `hacrl.engines.base.Engine`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hacrl.engines.base import Engine, register_engine
+
+
+@register_engine("verl")
+def _make_verl_engine(**kwargs: Any) -> Engine:
+    from hacrl.engines.verl.engine import VerlEngine
+
+    return VerlEngine(**kwargs)
+
+
+def describe(context: Any, model_path: str, write_dir: Any = None) -> dict[str, Any]:
+    """Dry run of one agent: its verl config, built and validated by verl's dataclasses.
+
+    The model section (HFModelConfig, which reads the model's config and tokenizer) is
+    validated when the model is a local directory; a hub id is checked at job start.
+    """
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from hacrl.engines.verl.config import validate_verl_config, verl_config
+
+    v = verl_config(context.cfg, model_path=model_path, loss=context.loss,
+                    group_size=context.group_size, minibatch_prompts=context.minibatch_prompts,
+                    n_agents=context.n_agents, run_dir=context.run_dir, agent=context.agent_name)
+    local = Path(model_path).is_dir()
+    built = validate_verl_config(v, model=local)
+    record: dict[str, Any] = {
+        "verl_validated": sorted(built),
+        "model_validated": local,
+        "gpus": f"{v.trainer.nnodes}x{v.trainer.n_gpus_per_node}",
+        "rollout_n": int(v.actor_rollout_ref.rollout.n),
+        "ppo_mini_batch_size": int(v.actor_rollout_ref.actor.ppo_mini_batch_size),
+    }
+    if write_dir is not None:
+        path = Path(write_dir) / f"{record_name(context)}.verl.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(OmegaConf.to_yaml(v))
+        record["verl_config"] = str(path)
+    return record
+
+
+def record_name(context: Any) -> str:
+    team = context.run_dir.name if context.run_dir is not None else "team"
+    return f"{team}/{context.agent_name}"

@@ -1,0 +1,219 @@
+"""Our job config -> verl's trainer config, one per agent, validated by verl's own dataclasses.
+
+verl ships its full default trainer config (`verl/trainer/config/_generated_ppo_trainer.yaml`,
+what `python -m verl.trainer.main_ppo` composes). We start from that file, set every key our
+job decides (model, optimizer, batch sizes, lengths, sampling, placement, offload, checkpoints),
+apply `engine.overrides` last, and turn the sections the workers will read into verl's
+dataclasses with `omega_conf_to_dataclass`, which runs their own checks (`FSDPActorConfig`,
+`RolloutConfig`, `HFModelConfig`, `AlgoConfig`, ...). A typo in an override or a value verl
+rejects fails here, before any GPU is asked for.
+
+The HACPO objective itself is not a verl setting: our loss callable replaces verl's policy loss.
+The `policy_loss` keys we set (gspo, clip ratios, aggregation) only describe it to verl's
+own metrics and to a reader of the saved config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from hacrl.algo import LossConfig
+from hacrl.config import ConfigError
+from hacrl.engines.verl.data import parquet_path
+
+# sections of the verl config the workers turn into dataclasses
+VALIDATED = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref",
+             "actor_rollout_ref.model", "algorithm", "actor_rollout_ref.actor.checkpoint")
+
+
+def verl_defaults() -> DictConfig:
+    """verl's complete default trainer config (needs verl installed)."""
+    try:
+        root = resources.files("verl.trainer.config")
+    except ModuleNotFoundError as err:
+        raise ConfigError("engine=verl needs verl: pip install -e '.[verl]' (GPU training also "
+                          "needs '.[vllm]')") from err
+    loaded = OmegaConf.create((root / "_generated_ppo_trainer.yaml").read_text())
+    assert isinstance(loaded, DictConfig)
+    return loaded
+
+
+@dataclass(frozen=True)
+class AgentPlacement:
+    """Where one agent's workers run: nodes x GPUs of its resource pool."""
+
+    nnodes: int
+    gpus_per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.gpus_per_node
+
+
+def placement(cfg: DictConfig, n_agents: int) -> AgentPlacement:
+    """colocate: every agent on all GPUs; split: the node's GPUs divided among the agents."""
+    e = cfg.engine
+    nnodes, gpus = int(e.nnodes), int(e.gpus_per_node)
+    if nnodes < 1 or gpus < 1:
+        raise ConfigError(f"engine.nnodes={nnodes}, engine.gpus_per_node={gpus}: need >= 1 each")
+    if e.placement == "colocate":
+        return AgentPlacement(nnodes, gpus)
+    if e.placement == "split":
+        if gpus % n_agents:
+            raise ConfigError(f"engine.placement=split: engine.gpus_per_node={gpus} does not "
+                              f"divide among {n_agents} agents; use a multiple of {n_agents} "
+                              "or placement=colocate")
+        return AgentPlacement(nnodes, gpus // n_agents)
+    raise ConfigError(f"engine.placement={e.placement}: use colocate or split")
+
+
+def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_size: int,
+                minibatch_prompts: int, n_agents: int, run_dir: Path | None = None,
+                agent: str = "agent") -> DictConfig:
+    """The verl trainer config of one agent of this job.
+
+    group_size: G of the method (rollouts per prompt, multiplier included);
+    minibatch_prompts: prompts per optimizer update (the method's divisor applied).
+    """
+    e, t, r = cfg.engine, cfg.train, cfg.rollout
+    where = placement(cfg, n_agents)
+    v = verl_defaults()
+    prompt_tokens = int(cfg.eval.vllm.max_prompt_tokens)
+    micro = t.micro_batch_rows
+    checkpoints = str(run_dir / "verl" / agent) if run_dir is not None else f"verl/{agent}"
+    values: dict[str, Any] = {
+        # the policy model
+        "actor_rollout_ref.model.path": model_path,
+        "actor_rollout_ref.model.use_remove_padding": bool(e.actor.use_remove_padding),
+        "actor_rollout_ref.model.enable_gradient_checkpointing": bool(e.actor.gradient_checkpointing),
+        "actor_rollout_ref.hybrid_engine": True,
+        # actor: FSDP, optimizer, batch sizes, the objective's description
+        "actor_rollout_ref.actor.strategy": str(e.actor.strategy),
+        "actor_rollout_ref.actor.fsdp_config.strategy": str(e.actor.strategy),
+        "actor_rollout_ref.actor.fsdp_config.param_offload": bool(e.actor.param_offload),
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": bool(e.actor.optimizer_offload),
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size": int(e.actor.fsdp_size),
+        "actor_rollout_ref.actor.fsdp_config.dtype": str(e.dtype),
+        "actor_rollout_ref.actor.fsdp_config.seed": int(cfg.seed),
+        "actor_rollout_ref.actor.optim.lr": float(t.lr),
+        "actor_rollout_ref.actor.optim.weight_decay": float(t.weight_decay),
+        "actor_rollout_ref.actor.optim.betas": [float(b) for b in t.betas],
+        "actor_rollout_ref.actor.optim.clip_grad": float(t.grad_clip),
+        "actor_rollout_ref.actor.optim.total_training_steps": int(t.steps),
+        "actor_rollout_ref.actor.grad_clip": float(t.grad_clip),
+        "actor_rollout_ref.actor.ppo_mini_batch_size": int(minibatch_prompts),
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": int(micro) if micro else None,
+        "actor_rollout_ref.actor.use_dynamic_bsz": bool(e.actor.use_dynamic_bsz),
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": int(e.actor.max_token_len_per_gpu),
+        "actor_rollout_ref.actor.ppo_epochs": 1,
+        "actor_rollout_ref.actor.shuffle": False,  # the loop orders rows (algo.sample_order)
+        "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo" if loss.ratio == "sequence" else "vanilla",
+        "actor_rollout_ref.actor.loss_agg_mode": loss.loss_agg,
+        "actor_rollout_ref.actor.clip_ratio_low": float(loss.clip_low),
+        "actor_rollout_ref.actor.clip_ratio_high": float(loss.clip_high),
+        "actor_rollout_ref.actor.entropy_coeff": 0.0,
+        "actor_rollout_ref.actor.use_kl_loss": loss.kl_coef > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": float(loss.kl_coef),
+        "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+        "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra"],
+        # reference policy (KL term only)
+        "actor_rollout_ref.ref.fsdp_config.param_offload": True,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": int(micro) if micro else None,
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": bool(e.actor.use_dynamic_bsz),
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu":
+            int(e.rollout.log_prob_max_token_len_per_gpu),
+        # rollout: vLLM replicas in the actor's processes, asleep between rollouts
+        "actor_rollout_ref.rollout.name": str(e.rollout.name),
+        "actor_rollout_ref.rollout.mode": "async",
+        "actor_rollout_ref.rollout.n": int(group_size),
+        "actor_rollout_ref.rollout.temperature": float(r.temperature),
+        "actor_rollout_ref.rollout.top_p": float(r.top_p),
+        "actor_rollout_ref.rollout.top_k": -1,
+        "actor_rollout_ref.rollout.prompt_length": prompt_tokens,
+        "actor_rollout_ref.rollout.response_length": int(r.max_new_tokens),
+        "actor_rollout_ref.rollout.dtype": str(e.dtype),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": int(e.rollout.tensor_parallel_size),
+        "actor_rollout_ref.rollout.gpu_memory_utilization": float(e.rollout.gpu_memory_utilization),
+        "actor_rollout_ref.rollout.max_num_batched_tokens": int(e.rollout.max_num_batched_tokens),
+        "actor_rollout_ref.rollout.enforce_eager": bool(e.rollout.enforce_eager),
+        "actor_rollout_ref.rollout.free_cache_engine": bool(e.rollout.free_cache_engine),
+        "actor_rollout_ref.rollout.seed": int(cfg.seed),
+        "actor_rollout_ref.rollout.n_gpus_per_node": where.gpus_per_node,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": int(micro) if micro else None,
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": bool(e.actor.use_dynamic_bsz),
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu":
+            int(e.rollout.log_prob_max_token_len_per_gpu),
+        "actor_rollout_ref.rollout.checkpoint_engine.backend": "naive",
+        # advantages come from hacrl (GRPO-style groups); no KL in the reward
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": True,
+        "algorithm.use_kl_in_reward": False,
+        # data sizes (the prompts come from the loop, not verl's dataloader)
+        "data.max_prompt_length": prompt_tokens,
+        "data.max_response_length": int(r.max_new_tokens),
+        "data.train_batch_size": int(t.prompts_per_step),
+        "data.train_files": str(parquet_path(cfg.data, str(cfg.task.train_split))),
+        "data.val_files": str(parquet_path(cfg.data, str(cfg.validation.benchmark))),
+        # trainer: resources, checkpoints, logging
+        "trainer.nnodes": where.nnodes,
+        "trainer.n_gpus_per_node": where.gpus_per_node,
+        "trainer.device": str(e.device) if str(e.device) != "auto" else "cuda",
+        "trainer.total_training_steps": int(t.steps),
+        "trainer.project_name": str(cfg.tracking.experiment),
+        "trainer.experiment_name": agent,
+        "trainer.default_local_dir": checkpoints,
+        "trainer.logger": ["console"],
+        "trainer.val_before_train": False,
+    }
+    for key, value in values.items():
+        OmegaConf.update(v, key, value, merge=False, force_add=False)
+    for key, value in (e.get("overrides") or {}).items():
+        if OmegaConf.select(v, str(key), default="__missing__") == "__missing__":
+            raise ConfigError(f"engine.overrides.{key}: not a key of verl's trainer config "
+                              "(verl/trainer/config/_generated_ppo_trainer.yaml)")
+        OmegaConf.update(v, str(key), value, merge=True)
+    return v
+
+
+def validate_verl_config(v: DictConfig, *, model: bool = True) -> dict[str, Any]:
+    """verl's dataclasses for the sections its workers read; raises ConfigError naming the
+    section and verl's complaint. `model=False` skips HFModelConfig, which loads the model's
+    config and tokenizer (a hub id needs the network)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    built: dict[str, Any] = {}
+    for path in VALIDATED:
+        if path == "actor_rollout_ref.model" and not model:
+            continue
+        if path == "actor_rollout_ref.ref" and not v.actor_rollout_ref.actor.use_kl_loss:
+            continue
+        node = OmegaConf.select(v, path)
+        if path == "actor_rollout_ref.ref":
+            node = _ref_as_actor(v)
+        try:
+            built[path] = omega_conf_to_dataclass(node)
+        except Exception as err:  # verl raises assorted errors from __post_init__ checks
+            raise ConfigError(f"verl rejects {path}: {type(err).__name__}: {err}") from err
+    return built
+
+
+def _ref_as_actor(v: DictConfig) -> DictConfig:
+    """The reference section the way verl's worker reads it: its log_prob_* keys renamed to
+    the actor's ppo_* keys, the actor's mini-batch size (ActorRolloutRefWorker.init_model)."""
+    ref = OmegaConf.create(OmegaConf.to_container(v.actor_rollout_ref.ref, resolve=True))
+    assert isinstance(ref, DictConfig)
+    ref.ppo_mini_batch_size = v.actor_rollout_ref.actor.ppo_mini_batch_size
+    for old, new in (("log_prob_micro_batch_size", "ppo_micro_batch_size"),
+                     ("log_prob_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
+                     ("log_prob_use_dynamic_bsz", "use_dynamic_bsz"),
+                     ("log_prob_max_token_len_per_gpu", "ppo_max_token_len_per_gpu")):
+        ref[new] = ref.pop(old, None)
+    return ref
+
+
+__all__ = ["AgentPlacement", "placement", "validate_verl_config", "verl_config", "verl_defaults"]

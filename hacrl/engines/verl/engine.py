@@ -1,0 +1,301 @@
+"""`VerlEngine`: one agent's policy on GPUs through verl, behind hacrl's `Engine` interface.
+
+Per agent: one Ray worker group of `HacrlActorRolloutRefWorker` (FSDP actor, optional
+reference, and the vLLM rollout in the same processes) and its vLLM server replicas. The loop
+is the local engine's loop (`hacrl.loop.TeamLoop`); this adapter turns its calls into verl's:
+
+    generate     -> sync weights actor -> vLLM (wakes the rollout), generate, put it to sleep
+    log_probs    -> worker_group.compute_log_prob / compute_ref_log_prob
+    train_minibatch -> worker_group.update_actor with HACPO's per-row fields and update index m
+    save / load  -> verl's FSDP checkpointing (+ a Hugging Face copy for evaluation)
+
+All agents of a job share one Ray cluster (`VerlCluster`): `placement=colocate` puts every
+agent's workers on the same GPUs (each worker holds 1/n_agents of a GPU's Ray share; FSDP
+offload and rollout sleep keep only one phase resident), `placement=split` gives each agent its
+own GPUs. Replica ranks are offset per agent (`workers.offset_replica_class`).
+
+This module needs verl, Ray, vLLM and CUDA GPUs; nothing here runs on this project's CPU CI,
+except what `batch`, `loss` and `config` test without GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from omegaconf import DictConfig
+from torch import Tensor
+
+from hacrl.algo import Denominators, LossBatch
+from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams
+from hacrl.engines.verl import batch as vb
+from hacrl.engines.verl.config import AgentPlacement, placement, validate_verl_config, verl_config
+from hacrl.engines.verl.data import write_parquet
+from hacrl.engines.verl.loss import DENOMINATORS, UPDATE_INDEX, hacrl_loss
+from hacrl.rollout import TokenView, eos_id
+
+OUR_PREFIXES = ("loss/", "clip/", "ratio/")
+
+
+class VerlCluster:
+    """The Ray cluster and resource pools of this process, shared by a job's agents."""
+
+    current: ClassVar[VerlCluster | None] = None
+
+    def __init__(self, cfg: DictConfig, n_agents: int) -> None:
+        import ray
+
+        from hacrl.engines.verl.ray_cluster import connect
+
+        self.cfg, self.n_agents = cfg, n_agents
+        self.placement: AgentPlacement = placement(cfg, n_agents)
+        address = connect(cfg.engine.ray, int(cfg.engine.nnodes), int(cfg.engine.gpus_per_node))
+        if not ray.is_initialized():
+            env = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN",
+                   "VLLM_LOGGING_LEVEL": "WARN", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true"}
+            ray.init(address=None if address == "local" else address,
+                     runtime_env={"env_vars": env}, log_to_driver=True)
+        self.pools: dict[int, Any] = {}
+        self.users = 0
+
+    @classmethod
+    def get(cls, cfg: DictConfig, n_agents: int) -> VerlCluster:
+        if cls.current is None:
+            cls.current = cls(cfg, n_agents)
+        cls.current.users += 1
+        return cls.current
+
+    def pool(self, agent_index: int) -> Any:
+        """The agent's resource pool: one shared pool (colocate) or one per agent (split)."""
+        from verl.single_controller.ray import RayResourcePool
+
+        key = 0 if self.cfg.engine.placement == "colocate" else agent_index
+        if key not in self.pools:
+            where = self.placement
+            self.pools[key] = RayResourcePool(
+                process_on_nodes=[where.gpus_per_node] * where.nnodes, use_gpu=True,
+                max_colocate_count=max(1, self.n_agents) if key == 0 and
+                self.cfg.engine.placement == "colocate" else 1,
+                name_prefix=f"hacrl_pool{key}_")
+        return self.pools[key]
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users <= 0:
+            import ray
+
+            ray.shutdown()
+            VerlCluster.current = None
+
+
+class VerlEngine(Engine):
+    """One agent through verl; built by `make_engine("verl", ..., context=EngineContext)`."""
+
+    def __init__(self, model_path: str, *, context: Any, temperature: float = 1.0,
+                 chunk_rows: int = 512, **_: Any) -> None:
+        import ray
+        from transformers import AutoTokenizer
+        from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
+
+        from hacrl.engines.verl.workers import worker_classes
+
+        cfg: DictConfig = context.cfg
+        self.context, self.temperature, self.chunk_rows = context, temperature, chunk_rows
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(model_path)
+        self.cluster = VerlCluster.get(cfg, context.n_agents)
+        self.config = verl_config(cfg, model_path=model_path, loss=context.loss,
+                                  group_size=context.group_size,
+                                  minibatch_prompts=context.minibatch_prompts,
+                                  n_agents=context.n_agents, run_dir=context.run_dir,
+                                  agent=context.agent_name)
+        validate_verl_config(self.config)
+        if not Path(str(self.config.data.train_files)).is_file():  # for verl's own tools
+            write_parquet(cfg.data, str(cfg.task.train_split),
+                          out=Path(str(self.config.data.train_files)))
+        self.uses_reference = bool(self.config.actor_rollout_ref.actor.use_kl_loss)
+        worker = worker_classes()[1]
+        role = "actor_rollout_ref" if self.uses_reference else "actor_rollout"
+        pool = self.cluster.pool(context.agent_index)
+        self.workers = RayWorkerGroup(
+            resource_pool=pool, name_prefix=f"hacrl_{context.agent_index}_",
+            ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(worker),
+                                                   config=self.config.actor_rollout_ref, role=role),
+            device_name="cuda")
+        self.workers.init_model()
+        self.workers.set_loss_fn(functools.partial(hacrl_loss, loss_config=context.loss))
+        self.world_size = int(self.workers.world_size)
+        self._start_rollout(pool)
+        self.version = 0  # optimizer updates so far: the weight version vLLM must serve
+        self.synced = -1
+
+    def _start_rollout(self, pool: Any) -> None:
+        from verl.checkpoint_engine import CheckpointEngineManager
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.rollout.llm_server import LLMServerManager
+        from verl.workers.rollout.replica import get_rollout_replica_class
+
+        from hacrl.engines.verl.workers import offset_replica_class
+
+        rollout = self.config.actor_rollout_ref.rollout
+        replica_size = int(rollout.tensor_model_parallel_size) * int(rollout.data_parallel_size) \
+            * int(rollout.pipeline_model_parallel_size)
+        offset = self.context.agent_index * (self.world_size // replica_size)
+        self.workers.offset_replica_rank(offset)
+
+        class Servers(LLMServerManager):  # type: ignore[misc, valid-type]
+            rollout_replica_class = offset_replica_class(
+                get_rollout_replica_class(str(rollout.name)), offset)
+
+        from omegaconf import OmegaConf
+
+        self.servers = Servers.create(config=self.config, worker_group=self.workers,
+                                      rollout_resource_pool=pool, start_rank=offset)
+        ce = omega_conf_to_dataclass(OmegaConf.select(self.config,
+                                                      "actor_rollout_ref.rollout.checkpoint_engine"))
+        ce.backend = "naive"  # colocated actor and rollout: in-process weight sync
+        self.weights = CheckpointEngineManager(config=ce, actor_wg=self.workers,
+                                               replicas=self.servers.get_replicas())
+        self.weights.sleep_replicas()
+
+    # -- sampling ---------------------------------------------------------------------------
+    def generate(self, prompt_ids: list[list[int]], n: int,
+                 sampling: SamplingParams) -> list[list[Generation]]:
+        if self.synced != self.version:
+            self.weights.update_weights(global_steps=self.version)  # also wakes the rollout
+            self.synced = self.version
+        else:
+            self.weights.wake_up_replicas()
+        try:
+            outputs = asyncio.run(self._generate_all(prompt_ids, n, sampling))
+        finally:
+            self.weights.sleep_replicas()
+        eos = eos_id(self.tokenizer)
+        groups = []
+        for p in range(len(prompt_ids)):
+            group = []
+            for tokens in outputs[p * n:(p + 1) * n]:
+                group.append(_generation(tokens, eos, sampling.max_new_tokens))
+            groups.append(group)
+        return groups
+
+    async def _generate_all(self, prompt_ids: list[list[int]], n: int,
+                            sampling: SamplingParams) -> list[list[int]]:
+        client = self.servers.get_client()
+        params = {"temperature": 0.0 if sampling.greedy else sampling.temperature,
+                  "top_p": 1.0 if sampling.greedy else sampling.top_p, "top_k": -1,
+                  "max_tokens": sampling.max_new_tokens, "logprobs": False}
+
+        async def one(ids: list[int]) -> list[int]:
+            out = await client.generate(uuid.uuid4().hex, prompt_ids=ids, sampling_params=params)
+            return list(out.token_ids)
+
+        return list(await asyncio.gather(*(one(ids) for ids in prompt_ids for _ in range(n))))
+
+    # -- log-probs ----------------------------------------------------------------------------
+    def log_probs(self, views: list[TokenView], reference: bool = False) -> list[Tensor]:
+        from verl.utils import tensordict_utils as tu
+
+        if reference and not self.uses_reference:
+            raise RuntimeError("no reference policy: the KL term is off (kl_coef = 0)")
+        out: list[Tensor] = []
+        for start in range(0, len(views), self.chunk_rows):
+            chunk = views[start:start + self.chunk_rows]
+            rows, _ = vb.pad_rows(list(chunk), {}, self.world_size)
+            data = vb.to_tensordict(rows, self._pad_id, meta={
+                "calculate_entropy": False, "compute_loss": False,
+                "temperature": self.temperature})
+            call = self.workers.compute_ref_log_prob if reference else self.workers.compute_log_prob
+            result = call(data)
+            result = result.get() if hasattr(result, "get") and not hasattr(result, "keys") else result
+            padded = vb.response_logprobs(tu.get(result, "log_probs"), data)
+            out.extend(vb.split_logprobs(padded, chunk))
+        return out
+
+    # -- training -----------------------------------------------------------------------------
+    def train_minibatch(self, views: list[TokenView], batch: LossBatch,
+                        loss_fn: MiniBatchLoss) -> dict[str, float]:
+        from verl.utils import tensordict_utils as tu
+
+        width = max(1, max(len(v.response_ids) for v in views))
+        sizes = Denominators.of(batch)
+        rows, fields = vb.pad_rows(list(views), vb.loss_fields(batch, width), self.world_size)
+        meta = {UPDATE_INDEX: loss_fn.update_index,
+                DENOMINATORS: (sizes.rows, sizes.tokens, sizes.own_tokens),
+                "global_batch_size": len(rows), "mini_batch_size": len(rows), "epochs": 1,
+                "seed": int(self.context.cfg.seed), "dataloader_kwargs": {"shuffle": False},
+                "compute_loss": True, "calculate_entropy": False,
+                "distillation_use_topk": False, "distillation_only": False,
+                "temperature": self.temperature}
+        result = self.workers.update_actor(vb.to_tensordict(rows, self._pad_id, fields, meta))
+        result = result.get() if hasattr(result, "get") and not hasattr(result, "keys") else result
+        self.version += 1
+        return actor_metrics(tu.get(result, "metrics"))
+
+    # -- state --------------------------------------------------------------------------------
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.workers.save_checkpoint(local_path=str((directory / "verl").resolve()),
+                                     global_step=self.version, max_ckpt_to_keep=None)
+        (directory / "engine.json").write_text(json.dumps({"version": self.version}))
+        link = directory / "model"  # the Hugging Face copy evaluation reads
+        if not link.exists():
+            os.symlink(Path("verl") / "huggingface", link)
+
+    def load(self, directory: Path) -> None:
+        self.workers.load_checkpoint(local_path=str((directory / "verl").resolve()))
+        self.version = int(json.loads((directory / "engine.json").read_text())["version"])
+        self.synced = -1
+
+    def close(self) -> None:
+        self.cluster.release()
+
+    @property
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad) if pad is not None else eos_id(self.tokenizer)
+
+
+def _generation(tokens: list[int], eos: int, max_new_tokens: int) -> Generation:
+    """vLLM stops at EOS (kept in the ids unless it was stripped) or at the token budget."""
+    if eos in tokens:
+        return Generation(tokens[:tokens.index(eos) + 1], True)
+    if len(tokens) < max_new_tokens:  # stopped early: on EOS that vLLM did not return
+        return Generation([*tokens, eos], True)
+    return Generation(tokens, False)
+
+
+def actor_metrics(raw: dict[str, Any]) -> dict[str, float]:
+    """verl's update metrics in the local engine's names; verl's own under `verl/actor/`."""
+    flat = {k: _mean(v) for k, v in raw.items()}
+    out: dict[str, float] = {}
+    for name in ("s_homo", "s_hete"):
+        total, count = flat.pop(f"ratio/{name}_sum", 0.0), flat.pop(f"ratio/{name}_count", 0.0)
+        low, high = flat.pop(f"ratio/{name}_min", None), flat.pop(f"ratio/{name}_max", None)
+        if count > 0:
+            out[f"ratio/{name}_mean"] = total / count
+            if low is not None and high is not None:
+                out[f"ratio/{name}_min"], out[f"ratio/{name}_max"] = low, high
+    for key, value in flat.items():
+        if key == "grad_norm" or key.startswith(OUR_PREFIXES):
+            out[key] = value
+        else:
+            out[f"verl/actor/{key}"] = value
+    return out
+
+
+def _mean(value: Any) -> float:
+    if isinstance(value, list | tuple):
+        values = [float(v) for v in value]
+        return sum(values) / len(values) if values else 0.0
+    if isinstance(value, torch.Tensor):
+        return float(value.float().mean())
+    return float(value)
+
+
+__all__ = ["VerlCluster", "VerlEngine", "actor_metrics"]

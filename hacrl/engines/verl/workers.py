@@ -1,0 +1,84 @@
+"""verl worker classes for hacrl, built on verl's public extension points (no patched copy).
+
+- `HacrlTrainingWorker` (the actor's `TrainingWorker`): numbers the mini-batches of one
+  `update_actor` call from the update index m the driver sends, and puts each mini-batch's m
+  into its data, where the loss callable reads it. hacrl sends one mini-batch per call (one
+  optimizer update, like the local engine); a call that verl would split gets consecutive m.
+- `HacrlActorRolloutRefWorker`: verl's hybrid actor/rollout worker with that training worker,
+  plus `offset_replica_rank`, which moves this agent's rollout replicas to global ranks
+  offset + r so that two agents' vLLM servers (Ray actor names, IPC sockets) never collide.
+- `offset_replica_class`: the driver-side replica class that names itself by its global rank
+  but takes its workers from its own agent's worker group.
+
+verl is imported when `worker_classes()` is first called (on the driver, or in a Ray worker
+that unpickles the classes).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from hacrl.engines.verl.loss import UPDATE_INDEX
+
+
+@functools.cache
+def worker_classes() -> tuple[type, type]:
+    """(HacrlTrainingWorker, HacrlActorRolloutRefWorker)."""
+    from verl.single_controller.base.decorator import Dispatch, register
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+
+    class HacrlTrainingWorker(TrainingWorker):  # type: ignore[misc, valid-type]
+        _update_base = 0
+        _mini_batches = 0
+
+        def train_mini_batch(self, data: Any) -> Any:
+            self._update_base = int(tu.pop(data, key=UPDATE_INDEX, default=0))
+            self._mini_batches = 0
+            return TrainingWorker.train_mini_batch(self, data)
+
+        def train_batch(self, data: Any) -> Any:
+            tu.assign_non_tensor(data, **{UPDATE_INDEX: self._update_base + self._mini_batches})
+            self._mini_batches += 1
+            return TrainingWorker.train_batch(self, data)
+
+    class HacrlActorRolloutRefWorker(ActorRolloutRefWorker):  # type: ignore[misc, valid-type]
+        actor_worker_cls = HacrlTrainingWorker
+
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def offset_replica_rank(self, offset: int) -> int:
+            """Call after init_model, before the replicas are launched; returns the new rank."""
+            rollout = getattr(self, "rollout", None)
+            if rollout is None or offset == 0:
+                return -1 if rollout is None else int(rollout.replica_rank)
+            old = int(rollout.replica_rank)
+            rollout.replica_rank = old + offset
+            handle = getattr(rollout, "zmq_handle", None)
+            if isinstance(handle, str):
+                rollout.zmq_handle = handle.replace(f"-replica-{old}-", f"-replica-{old + offset}-")
+            return int(rollout.replica_rank)
+
+    return HacrlTrainingWorker, HacrlActorRolloutRefWorker
+
+
+def offset_replica_class(base: type, offset: int) -> type:
+    """A rollout replica class whose replica r of this agent has global rank offset + r."""
+
+    class OffsetReplica(base):  # type: ignore[misc, valid-type]
+        rank_offset = offset
+
+        async def init_hybrid(self, worker_group: Any) -> None:
+            from verl.workers.rollout.replica import RolloutMode
+
+            self.rollout_mode = RolloutMode.HYBRID
+            local = self.replica_rank - self.rank_offset
+            self.workers = worker_group.workers[self.world_size * local:
+                                                self.world_size * (local + 1)]
+            await self.launch_servers()
+
+    OffsetReplica.__name__ = f"{base.__name__}Offset{offset}"
+    return OffsetReplica
+
+
+__all__ = ["offset_replica_class", "worker_classes"]

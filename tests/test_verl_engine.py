@@ -1,0 +1,400 @@
+"""engine=verl without a GPU: the loss callable, the batch layout, config translation and
+validation through verl's own classes, the dry run, the parquet data, the metrics mapping.
+
+These tests import verl (CI installs the [verl] extra); without it they skip with the reason.
+What needs GPUs (FSDP workers, vLLM replicas) is exercised by scripts/verl_gpu_smoke.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("verl", reason="engine=verl tests need the [verl] extra: "
+                    "pip install -e '.[verl]'")
+
+from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss  # noqa: E402
+from hacrl.config import ConfigError, compose  # noqa: E402
+from hacrl.engines.verl import batch as vb  # noqa: E402
+from hacrl.engines.verl.loss import DENOMINATORS, UPDATE_INDEX, hacrl_loss  # noqa: E402
+from hacrl.rollout import TokenView  # noqa: E402
+
+HACPO = LossConfig(alpha=0.7, delta=0.2, delta_step=0.025)
+
+
+def _views(rows: int, seed: int = 0) -> list[TokenView]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(rows):
+        prompt = torch.randint(3, 20, (int(torch.randint(2, 7, (1,), generator=gen)),), generator=gen)
+        response = torch.randint(3, 20, (int(torch.randint(1, 9, (1,), generator=gen)),), generator=gen)
+        out.append(TokenView(tuple(prompt.tolist()), tuple(response.tolist())))
+    return out
+
+
+def _loss_batch(views: list[TokenView], seed: int = 1, kl: bool = False) -> LossBatch:
+    gen = torch.Generator().manual_seed(seed)
+    rows = len(views)
+    width = max(len(v.response_ids) for v in views)
+    mask = torch.zeros(rows, width)
+    for b, v in enumerate(views):
+        mask[b, :len(v.response_ids)] = 1
+    cross = torch.arange(rows) % 3 == 2
+    own = torch.arange(rows) % 3 == 0
+    return LossBatch(
+        response_mask=mask,
+        old_logp=(torch.randn(rows, width, generator=gen) * 0.1 - 1.5) * mask * (~cross)[:, None],
+        source_mean_logp=torch.randn(rows, generator=gen) * 0.2 - 1.5,
+        advantages=torch.randn(rows, generator=gen),
+        omega=torch.where(cross, torch.rand(rows, generator=gen) + 0.5, torch.ones(rows)),
+        cross=cross, own=own,
+        ref_logp=(torch.randn(rows, width, generator=gen) * 0.1 - 1.5) * mask if kl else None)
+
+
+def _meta(views: list[TokenView], batch: LossBatch, m: int, dp_size: int = 1) -> dict:
+    d = Denominators.of(batch)
+    return {UPDATE_INDEX: m, DENOMINATORS: (d.rows, d.tokens, d.own_tokens), "dp_size": dp_size}
+
+
+def _full_sequence(logp: torch.Tensor, views: list[TokenView]) -> list[torch.Tensor]:
+    """Per-row model output over prompt + response, as verl's engine returns log-probs:
+    position t holds the log-prob of token t + 1 (so the response sits one to the left)."""
+    rows = []
+    for b, v in enumerate(views):
+        full = torch.full((len(v.prompt_ids) + len(v.response_ids),), -9.0)
+        full[len(v.prompt_ids) - 1:len(v.prompt_ids) - 1 + len(v.response_ids)] = \
+            logp[b, :len(v.response_ids)]
+        rows.append(full)
+    return rows
+
+
+@pytest.mark.parametrize("layout", ["nested", "flat", "padded"])
+@pytest.mark.parametrize("kl", [False, True])
+def test_loss_callable_is_policy_loss_in_every_layout(layout: str, kl: bool) -> None:
+    views = _views(9)
+    batch = _loss_batch(views, kl=kl)
+    config = LossConfig(alpha=0.7, kl_coef=0.01 if kl else 0.0)
+    logp = (batch.old_logp + torch.randn_like(batch.old_logp) * 0.05 - 1.0) * batch.response_mask
+    expected = policy_loss(logp, batch, config, update_index=3)
+    data = vb.to_tensordict(views, 0, vb.loss_fields(batch, batch.response_mask.shape[1]),
+                            _meta(views, batch, 3))
+    full = _full_sequence(logp, views)
+    model_logp = {"nested": torch.nested.as_nested_tensor(full, layout=torch.jagged),
+                  "flat": torch.cat(full), "padded": logp}[layout]
+    loss, metrics = hacrl_loss(None, {"log_probs": model_logp}, data, loss_config=config)
+    assert abs(float(loss) - float(expected.loss)) < 1e-6
+    for key, value in expected.metrics.items():
+        assert abs(metrics[key].aggregate() - value) < 1e-6, key
+    assert metrics["ratio/s_hete_count"].aggregate() == int(batch.cross.sum())
+    assert metrics["clip/lower_bound"].aggregate() == pytest.approx(1 - 0.2 + 3 * 0.025)
+
+
+def test_update_index_is_required_and_changes_the_borrowed_clip() -> None:
+    views = _views(6)
+    batch = _loss_batch(views)
+    fields = vb.loss_fields(batch, batch.response_mask.shape[1])
+    logp = batch.old_logp * batch.response_mask
+    no_index = vb.to_tensordict(views, 0, fields, {"dp_size": 1})
+    with pytest.raises(KeyError, match=UPDATE_INDEX):
+        hacrl_loss(None, {"log_probs": logp}, no_index, loss_config=HACPO)
+    bounds = []
+    for m in (0, 4):
+        data = vb.to_tensordict(views, 0, fields, _meta(views, batch, m))
+        _, metrics = hacrl_loss(None, {"log_probs": logp}, data, loss_config=HACPO)
+        bounds.append(metrics["clip/lower_bound"].aggregate())
+    assert bounds == pytest.approx([0.8, 0.9])
+
+
+def test_micro_batches_and_data_parallel_ranks_add_up_to_the_mini_batch_gradient() -> None:
+    """verl splits a mini-batch over dp ranks and micro-batches; FSDP averages rank gradients.
+    With hacrl's denominators the pieces give exactly the whole mini-batch's gradient."""
+    from verl.utils import tensordict_utils as tu
+
+    views = _views(12, seed=4)
+    batch = _loss_batch(views, seed=5, kl=True)
+    config = LossConfig(alpha=0.5, kl_coef=0.02)
+    base = (batch.old_logp - 0.3) * batch.response_mask
+    whole = base.clone().requires_grad_(True)
+    policy_loss(whole, batch, config, update_index=1).loss.backward()
+
+    pieces = base.clone().requires_grad_(True)
+    dp_size = 2
+    fields = vb.loss_fields(batch, batch.response_mask.shape[1])
+    fields["row"] = torch.arange(len(views))
+    data = vb.to_tensordict(views, 0, fields, _meta(views, batch, 1, dp_size=dp_size))
+    total = torch.zeros(())
+    for rank in tu.chunk_tensordict(data, dp_size):
+        for micro in tu.chunk_tensordict(rank, 3):
+            rows = micro["row"]
+            loss, _ = hacrl_loss(None, {"log_probs": pieces[rows]}, micro, loss_config=config)
+            total = total + loss / dp_size  # what FSDP's gradient averaging does
+    total.backward()
+    assert whole.grad is not None and pieces.grad is not None
+    assert torch.allclose(whole.grad, pieces.grad, atol=1e-7)
+
+
+def test_loss_callable_agrees_with_the_local_engine(micro_zoo: Path, one_thread: None) -> None:
+    """Same model, same rows: the local engine's loss and gradients vs. the verl callable fed
+    log-probs computed the way verl's engine lays them out (no padding, and padded)."""
+    from hacrl.engines.local import LocalEngine
+
+    engine = LocalEngine(str(micro_zoo / "qwen3-4b-base"), lr=1e-3, device="cpu")
+    tok = engine.tokenizer
+    prompts = [tok.encode(q) for q in ("12+7=", "3+45=", "60-8=")]
+    views = [TokenView(tuple(p), tuple(tok.encode(a))) for p, a in
+             zip(prompts * 2, ("19", "48", "52", "1", "42", "5"), strict=True)]
+    batch = _loss_batch(views, seed=7, kl=True)
+    config = LossConfig(alpha=0.8, kl_coef=0.01)
+    params = [p for p in engine.model.parameters() if p.requires_grad]
+    width = batch.response_mask.shape[1]
+
+    def gradients(loss: torch.Tensor) -> list[torch.Tensor]:
+        return [g.clone() for g in torch.autograd.grad(loss, params)]
+
+    local_logp = engine._response_logprobs(engine.model, views, width)
+    local = policy_loss(local_logp, batch, config, update_index=2)
+    local_grads = gradients(local.loss)
+
+    data = vb.to_tensordict(views, engine.pad_id, vb.loss_fields(batch, width),
+                            _meta(views, batch, 2))
+    # verl without padding: each row's tokens alone -> jagged full-sequence log-probs
+    rows = []
+    for ids in data["input_ids"].unbind():
+        logits = engine.model(input_ids=ids[None]).logits[0, :-1].float()
+        token_logp = torch.log_softmax(logits, -1).gather(-1, ids[1:, None]).squeeze(-1)
+        rows.append(torch.cat([token_logp, torch.zeros(1)]))
+    nested = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    loss_nested, _ = hacrl_loss(None, {"log_probs": nested}, data, loss_config=config)
+    # verl with padding: left/right padded prompt|response, response log-probs [B, R]
+    padded = vb.padded_batch(views, engine.pad_id)
+    logits = engine.model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"],
+                          position_ids=padded["position_ids"]).logits.float()
+    start = padded["prompts"].shape[1]
+    token_logp = torch.log_softmax(logits[:, start - 1:-1], -1).gather(
+        -1, padded["responses"][..., None]).squeeze(-1)
+    loss_padded, _ = hacrl_loss(None, {"log_probs": token_logp}, data, loss_config=config)
+
+    for loss in (loss_nested, loss_padded):
+        assert abs(loss.item() - local.loss.item()) < 1e-6
+        for ours, theirs in zip(gradients(loss), local_grads, strict=True):
+            assert torch.allclose(ours, theirs, atol=1e-6)
+
+
+def test_batch_round_trip_and_filler_rows() -> None:
+    views = _views(5, seed=2)
+    batch = _loss_batch(views, seed=3, kl=True)
+    width = batch.response_mask.shape[1]
+    rows, fields = vb.pad_rows(views, vb.loss_fields(batch, width), multiple=4)
+    assert len(rows) == 8 and fields["hacrl_real"].tolist() == [True] * 5 + [False] * 3
+    data = vb.to_tensordict(rows, 0, fields, {"temperature": 1.0})
+    # verl's no-padding layout: each row's prompt then response, nothing else
+    for ids, v in zip(data["input_ids"].unbind(), rows, strict=True):
+        assert ids.tolist() == [*v.prompt_ids, *v.response_ids]
+    positions = data["position_ids"].unbind()
+    assert all(p.tolist() == list(range(len(p))) for p in positions)
+    # a model output in verl's layout comes back as each row's response log-probs
+    logp = torch.randn(len(rows), width)
+    back = vb.split_logprobs(vb.response_logprobs(torch.cat(_full_sequence(logp, rows)), data), rows)
+    for b, v in enumerate(rows):
+        assert torch.equal(back[b], logp[b, :len(v.response_ids)])
+    # the loss fields come back as the LossBatch they were made from; filler rows are masked
+    again = vb.loss_batch(data)
+    assert torch.equal(again.response_mask[:5], batch.response_mask)
+    assert again.response_mask[5:].sum() == 0
+    for name in ("old_logp", "ref_logp"):
+        assert torch.equal(getattr(again, name)[:5], getattr(batch, name))
+    for name in ("source_mean_logp", "advantages", "omega", "cross", "own"):
+        assert torch.equal(getattr(again, name)[:5], getattr(batch, name))
+    filled = policy_loss(torch.zeros(8, width), again, HACPO, 0, Denominators.of(batch))
+    plain = policy_loss(torch.zeros(5, width), batch, HACPO, 0)
+    assert abs(float(filled.loss) - float(plain.loss)) < 1e-7
+
+
+def test_batch_without_loss_fields_is_refused() -> None:
+    views = _views(3)
+    with pytest.raises(KeyError, match="hacrl_advantages"):
+        vb.loss_batch(vb.to_tensordict(views, 0))
+    with pytest.raises(ValueError, match="empty prompt"):
+        vb.padded_batch([TokenView((), (1, 2))], 0)
+
+
+def test_actor_metrics_keep_our_names_and_prefix_verls() -> None:
+    from hacrl.engines.verl.engine import actor_metrics
+
+    out = actor_metrics({"loss/policy": [0.5, 0.7], "grad_norm": [2.0], "lr": [1e-6],
+                         "ratio/s_hete_sum": [3.0, 1.0], "ratio/s_hete_count": [4.0, 2.0],
+                         "ratio/s_hete_min": [0.9], "ratio/s_hete_max": [1.2],
+                         "ratio/s_homo_sum": [0.0], "ratio/s_homo_count": [0.0],
+                         "ratio/s_homo_min": [float("inf")], "ratio/s_homo_max": [-float("inf")],
+                         "perf/max_memory_allocated_gb": [10.0]})
+    assert out["loss/policy"] == pytest.approx(0.6) and out["grad_norm"] == 2.0
+    assert out["ratio/s_hete_mean"] == pytest.approx(4.0 / 6.0)
+    assert "ratio/s_homo_mean" not in out and "ratio/s_homo_min" not in out
+    assert out["verl/actor/lr"] == 1e-6 and out["verl/actor/perf/max_memory_allocated_gb"] == 10.0
+
+
+# -- config translation and validation -------------------------------------------------------
+
+PAIRS = sorted(p.stem for p in (Path(__file__).parents[1] / "experiments" / "pair").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_every_paper_pair_builds_a_verl_config_verl_accepts(pair: str) -> None:
+    from hacrl.algo.methods import METHODS
+    from hacrl.engines.verl.config import validate_verl_config, verl_config
+
+    cfg = compose(["scale=paper", "engine=verl", f"pair={pair}"])
+    for method in ("hacpo", "gspo", "grpo", "gspo_x2", "gspo_updates_x2"):
+        spec = METHODS[method]
+        loss = LossConfig(ratio=spec.ratio, loss_agg=spec.loss_agg, clip_low=spec.clip_low,
+                          clip_high=spec.clip_high, alpha=float(cfg.pair.alpha),
+                          kl_coef=float(cfg.algo.kl_coef))
+        v = verl_config(cfg, model_path="Qwen/Qwen3-4B-Base", loss=loss,
+                        group_size=8 * spec.rollout_multiplier,
+                        minibatch_prompts=64 // spec.minibatch_divisor,
+                        n_agents=len(cfg.agents) if spec.shares_rollouts else 1)
+        built = validate_verl_config(v, model=False)
+        actor = built["actor_rollout_ref.actor"]
+        assert actor.optim.lr == 1e-6 and actor.ppo_micro_batch_size_per_gpu == 8
+        assert actor.loss_agg_mode == spec.loss_agg and actor.clip_ratio_low == spec.clip_low
+        assert actor.fsdp_config.param_offload and actor.fsdp_config.optimizer_offload
+        assert "actor_rollout_ref.ref" in built  # the as-run profile's KL term needs it
+        assert built["actor_rollout_ref.rollout"].n == 8 * spec.rollout_multiplier
+        assert built["actor_rollout_ref.rollout"].response_length == 4096
+        assert v.trainer.n_gpus_per_node == 8 and v.data.train_files.endswith("math_train.parquet")
+
+
+def test_verl_config_errors_name_the_key() -> None:
+    from hacrl.engines.verl.config import validate_verl_config, verl_config
+
+    def build(*overrides: str) -> object:
+        cfg = compose(["scale=paper", "engine=verl", *overrides])
+        return verl_config(cfg, model_path="m", loss=HACPO, group_size=8,
+                           minibatch_prompts=64, n_agents=2)
+
+    with pytest.raises(ConfigError, match=r"engine.overrides.actor_rollout_ref.actor.ppo_epoch"):
+        build("+engine.overrides={actor_rollout_ref.actor.ppo_epoch: 2}")
+    with pytest.raises(ConfigError, match=r"verl rejects actor_rollout_ref.actor"):
+        validate_verl_config(build("+engine.overrides={actor_rollout_ref.actor.loss_agg_mode: "
+                                   "bogus}"), model=False)
+    with pytest.raises(ConfigError, match=r"engine.placement=split.*gpus_per_node=7"):
+        build("engine.placement=split", "engine.gpus_per_node=7")
+    split = build("engine.placement=split")
+    assert split.trainer.n_gpus_per_node == 4
+
+
+@pytest.fixture
+def paper_env(tmp_path: Path, micro_zoo: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """scale=paper on this machine: the paper's hub ids resolve under a model root of links to
+    micro models, and the MATH train / MATH-500 sources are prepared from local parquet."""
+    import os
+
+    import pandas as pd
+
+    models = tmp_path / "models"
+    catalog = compose([]).models
+    for name, entry in catalog.items():
+        link = models / str(entry.paper)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        family = "llama3.2-1b-instruct" if entry.family == "llama" else "qwen3-4b-base"
+        link.symlink_to(micro_zoo / family)
+    hub = tmp_path / "hub"
+    for name, split, frame in (
+        ("math_train", "train", {"problem": ["What is $1+1$?", "What is $2+3$?"],
+                                 "solution": ["$\\boxed{2}$", "$\\boxed{5}$"],
+                                 "level": ["Level 1", "Level 2"], "type": ["A", "B"]}),
+        ("math500", "test", {"problem": ["What is $3+4$?"], "answer": ["7"], "level": [1],
+                             "subject": ["A"], "unique_id": ["t/1.json"]})):
+        (hub / name / "data").mkdir(parents=True)
+        pd.DataFrame(frame).to_parquet(hub / name / "data" / f"{split}-00000-of-00001.parquet")
+    data_overrides = [f"data.root={tmp_path / 'data'}"]
+    for name, rows in (("math_train", 2), ("math500", 1)):
+        data_overrides += [f"data.sources.{name}.hub_id={hub / name}",
+                           f"data.sources.{name}.config=null", f"data.sources.{name}.rows={rows}"]
+    import datasets
+
+    from hacrl.data import prepare
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+    prepare(compose(data_overrides).data, ["math_train", "math500"])
+    env = dict(os.environ, HACRL_OUTPUTS=str(tmp_path / "out"), HF_HUB_OFFLINE="1")
+    # evaluation would read all seven benchmarks; this machine prepared MATH-500 only
+    env["HACRL_TEST_OVERRIDES"] = " ".join([*data_overrides, f"scale.model_root={models}",
+                                            "eval.benchmarks=[math500]"])
+    return env
+
+
+def test_dry_run_validates_each_agents_verl_config(paper_env: dict[str, str], tmp_path: Path,
+                                                   hacrl_cmd: list[str]) -> None:
+    out = tmp_path / "dry"
+    overrides = paper_env["HACRL_TEST_OVERRIDES"].split()
+    result = subprocess.run([*hacrl_cmd, "train", "scale=paper", "engine=verl", "pair=size",
+                             "method=hacpo", *overrides, "--dry-run", "--dry-run-dir", str(out)],
+                            env=paper_env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dry run of job" in result.stdout
+    records = json.loads((out / "dry_run.json").read_text())
+    assert [r["agent"] for r in records] == ["qwen3-1.7b-base", "qwen3-4b-base"]
+    for record in records:
+        assert record["model_validated"] is True  # HFModelConfig read the (linked) model
+        assert "actor_rollout_ref.model" in record["verl_validated"]
+        assert Path(record["verl_config"]).is_file()
+    from omegaconf import OmegaConf
+
+    v = OmegaConf.load(records[0]["verl_config"])
+    assert v.actor_rollout_ref.model.path.endswith("Qwen/Qwen3-1.7B-Base")
+    assert v.trainer.default_local_dir.endswith("team-0/verl/qwen3-1.7b-base")
+
+    # a single-agent baseline is one team per agent, each with its own config
+    result = subprocess.run([*hacrl_cmd, "train", "scale=paper", "engine=verl", "pair=size",
+                             "method=gspo", *overrides, "--dry-run"],
+                            env=paper_env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("team=team-") == 2 and "team=team-1" in result.stdout
+
+
+def test_parquet_in_verls_schema_loads_in_verls_dataset(paper_env: dict[str, str],
+                                                        micro_zoo: Path) -> None:
+    import pandas as pd
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from hacrl.engines.verl.data import write_parquet
+
+    cfg = compose(["scale=paper", *paper_env["HACRL_TEST_OVERRIDES"].split()])
+    path = write_parquet(cfg.data, "math_train")
+    frame = pd.read_parquet(path)
+    assert list(frame.columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    first = frame.iloc[0]
+    assert first.prompt[0]["role"] == "user" and "\\boxed{}" in first.prompt[0]["content"]
+    assert first.reward_model["ground_truth"] == "2" and first.extra_info["index"] == 0
+    tokenizer = AutoTokenizer.from_pretrained(micro_zoo / "qwen3-4b-base")
+    dataset = RLHFDataset(data_files=[str(path)], tokenizer=tokenizer, config=OmegaConf.create(
+        {"max_prompt_length": 256, "filter_overlong_prompts": False, "return_raw_chat": True}))
+    assert len(dataset) == 2
+    item = dataset[1]
+    assert item["raw_prompt"][0]["content"] == first.prompt[0]["content"].replace("1+1", "2+3")
+
+
+def test_hacrl_never_imports_verl() -> None:
+    code = ("import sys, hacrl, hacrl.job, hacrl.cli, hacrl.engines.verl, hacrl.dryrun; "
+            "from hacrl.engines.base import make_engine; "
+            "print(sorted(m for m in ('verl', 'ray', 'vllm', 'tensordict') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_loss_callable_pickles_for_ray() -> None:
+    """set_loss_fn ships the callable to every worker through Ray's (cloud)pickle."""
+    import cloudpickle
+
+    fn = functools.partial(hacrl_loss, loss_config=HACPO)
+    again = cloudpickle.loads(cloudpickle.dumps(fn))
+    assert again.keywords["loss_config"] == HACPO

@@ -1,0 +1,380 @@
+"""engine=verl's Ray bootstrap in a SLURM allocation: node lists, the plan, the sbatch script.
+
+Everything but the last test runs without Ray: `ray start` is replaced by small Python
+processes (a listening socket stands in for the head's port). The last test starts a real
+one-node Ray head where Ray is installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from hacrl.config import CONFIG_DIR, ConfigError
+from hacrl.engines.verl import ray_cluster as rc
+from hacrl.engines.verl.ray_cluster import Plan, SlurmAllocation, expand_nodelist, plan
+from hacrl.sweep.slurm import render_sbatch
+
+CFG: dict[str, Any] = {"address": None, "port": 6379, "temp_dir": None}
+
+
+def _alloc(rank: int = 0, hosts: tuple[str, ...] = ("gpu01", "gpu02"), gpus: int | None = 8,
+           cpus: int | None = 64) -> SlurmAllocation:
+    return SlurmAllocation("42", hosts, rank, len(hosts), gpus, cpus)
+
+
+def _slurm_env(**extra: str) -> dict[str, str]:
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_NODEID": "0", "SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_PER_TASK": "64"}
+    return {**env, **extra}
+
+
+# -- node lists ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("nodelist", "hosts"), [
+    ("node1", ["node1"]),
+    ("gpu[01-03,07],cpu5", ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]),
+    ("gpu[8-10]", ["gpu8", "gpu9", "gpu10"]),
+    ("gpu[098-100]", ["gpu098", "gpu099", "gpu100"]),
+    ("a[1-2]-b[1-2]", ["a1-b1", "a1-b2", "a2-b1", "a2-b2"]),
+    ("x[3],y[1,4-5].site", ["x3", "y1.site", "y4.site", "y5.site"]),
+    (" n1 , n2 ", ["n1", "n2"]),
+    ("", []),
+])
+def test_nodelists_expand_like_scontrol(nodelist: str, hosts: list[str]) -> None:
+    assert expand_nodelist(nodelist) == hosts
+
+
+@pytest.mark.parametrize("nodelist", ["gpu[01-03", "gpu01]", "gpu[[1]]", "gpu[a-b]",
+                                      "gpu[5-3]", "gpu[1-]"])
+def test_unreadable_nodelists_raise_naming_the_list(nodelist: str) -> None:
+    with pytest.raises(ValueError, match="SLURM node list"):
+        expand_nodelist(nodelist)
+
+
+# -- the allocation --------------------------------------------------------------------------
+
+def test_no_slurm_job_is_no_allocation() -> None:
+    assert SlurmAllocation.from_env({"PATH": "/bin"}) is None
+
+
+def test_allocation_reads_the_job_wide_variables() -> None:
+    alloc = SlurmAllocation.from_env(_slurm_env(SLURM_NODEID="1"))
+    assert alloc == SlurmAllocation("42", ("gpu01", "gpu02"), 1, 2, 8, 64)
+    assert alloc.head_host == "gpu01"
+
+
+@pytest.mark.parametrize(("variables", "gpus"), [
+    ({"SLURM_GPUS_PER_NODE": "h100:8"}, 8),
+    ({"SLURM_GPUS_PER_NODE": "4"}, 4),
+    ({"SLURM_GPUS_PER_NODE": "gpu:h100:8(S:0-1)"}, 8),
+    ({"SLURM_GPUS_PER_NODE": "a100:4,v100:2"}, 6),
+    ({"SLURM_GPUS_PER_NODE": "h100"}, None),
+    ({"SLURM_GPUS_ON_NODE": "2", "SLURM_GPUS_PER_NODE": "h100:8"}, 2),
+    ({}, None),
+])
+def test_gpus_per_node_from_either_variable(variables: dict[str, str], gpus: int | None) -> None:
+    env = {"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n1", **variables}
+    alloc = SlurmAllocation.from_env(env)
+    assert alloc is not None and alloc.gpus_per_node == gpus
+
+
+def test_allocation_falls_back_to_step_variables_and_an_expand_override() -> None:
+    env = {"SLURM_JOBID": "9", "SLURM_NODELIST": "whatever", "SLURM_PROCID": "2",
+           "SLURM_CPUS_ON_NODE": "16"}
+    alloc = SlurmAllocation.from_env(env, expand=lambda _: ["a", "b", "c"])
+    assert alloc == SlurmAllocation("9", ("a", "b", "c"), 2, 3, None, 16)
+
+
+def test_a_garbled_integer_variable_names_itself() -> None:
+    with pytest.raises(ValueError, match="SLURM_NODEID/SLURM_PROCID='x'"):
+        SlurmAllocation.from_env(_slurm_env(SLURM_NODEID="x"))
+
+
+# -- start commands --------------------------------------------------------------------------
+
+def test_head_command_on_the_first_host() -> None:
+    assert rc.ray_start_commands(_alloc(0), 6380, "/tmp/r") == [
+        "ray", "start", "--block", "--disable-usage-stats", "--head", "--port=6380",
+        "--num-gpus=8", "--num-cpus=64", "--temp-dir=/tmp/r"]
+
+
+def test_worker_command_joins_the_head() -> None:
+    argv = rc.ray_start_commands(_alloc(1, gpus=None, cpus=None), 6379, num_gpus=4)
+    assert argv == ["ray", "start", "--block", "--disable-usage-stats", "--address=gpu01:6379",
+                    "--num-gpus=4"]
+
+
+# -- the plan: every branch ------------------------------------------------------------------
+
+def test_an_address_joins_that_cluster() -> None:
+    for alloc in (None, _alloc(0, hosts=("gpu01",))):
+        assert plan({**CFG, "address": "auto"}, 2, 8, alloc) == Plan("join", "auto", 2)
+
+
+def test_an_address_inside_a_multi_node_allocation_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"engine.ray.address=h:1.*hydra.launcher.nodes=1"):
+        plan({**CFG, "address": "h:1"}, 2, 8, _alloc(0))
+
+
+def test_one_node_starts_nothing() -> None:
+    for alloc in (None, _alloc(0, hosts=("gpu01",))):
+        assert plan(CFG, 1, 8, alloc) == Plan("local", "local", 1)
+
+
+def test_one_node_job_on_a_second_node_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"engine.nnodes=1 but this is node 1.*engine.nnodes=2"):
+        plan(CFG, 1, 8, _alloc(1))
+
+
+def test_multi_node_rank_zero_is_the_head() -> None:
+    p = plan({**CFG, "port": 6400, "temp_dir": "/scratch/ray"}, 2, 8, _alloc(0))
+    assert (p.role, p.address, p.nnodes, p.hosts) == ("head", "gpu01:6400", 2, ("gpu01", "gpu02"))
+    assert p.start == tuple(rc.ray_start_commands(_alloc(0), 6400, "/scratch/ray"))
+
+
+def test_multi_node_other_ranks_are_workers() -> None:
+    p = plan(CFG, 2, 4, _alloc(1))
+    assert (p.role, p.address) == ("worker", "gpu01:6379")
+    assert "--address=gpu01:6379" in p.start and "--num-gpus=4" in p.start
+    assert plan({**CFG, "port": None}, 2, 8, _alloc(1)).address == "gpu01:6379"
+
+
+def test_multi_node_outside_slurm_names_engine_nnodes_and_the_fixes() -> None:
+    with pytest.raises(ConfigError, match=r"^engine.nnodes=2: .*hydra.launcher.nodes=2.*"
+                                          r"engine.ray.address=host:port"):
+        plan(CFG, 2, 8, None)
+
+
+def test_multi_node_with_the_wrong_node_count_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"engine.nnodes=4 but SLURM job 42 has 2 node"):
+        plan(CFG, 4, 8, _alloc(0))
+
+
+def test_multi_node_with_an_inconsistent_host_list_is_refused() -> None:
+    alloc = SlurmAllocation("42", ("gpu01",), 0, 2, 8, 64)
+    with pytest.raises(ConfigError, match="lists 1 host"):
+        plan(CFG, 2, 8, alloc)
+
+
+def test_multi_node_with_too_few_gpus_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"engine.gpus_per_node=8 but SLURM gave node 1 "
+                                          r"\(gpu02\) 4 GPU"):
+        plan(CFG, 2, 8, _alloc(1, gpus=4))
+
+
+def test_zero_nodes_is_refused() -> None:
+    with pytest.raises(ConfigError, match="engine.nnodes=0"):
+        plan(CFG, 0, 8, None)
+
+
+def test_ray_address_from_the_environment_joins_unless_the_job_is_the_cluster() -> None:
+    env = {"RAY_ADDRESS": "10.0.0.1:6379"}
+    assert rc.plan_from_env(CFG, 1, 8, env) == Plan("join", "10.0.0.1:6379", 1)
+    # inherited from the submitting shell: this allocation's nodes are the cluster
+    assert rc.plan_from_env(CFG, 2, 8, {**_slurm_env(), **env}).role == "head"
+    # the config's address wins over the environment's
+    assert rc.plan_from_env({**CFG, "address": "auto"}, 1, 8, env).address == "auto"
+
+
+def test_plan_accepts_the_composed_engine_ray_node() -> None:
+    cfg = OmegaConf.load(CONFIG_DIR / "engine" / "verl.yaml")
+    assert plan(cfg.ray, 2, 8, _alloc(0)).address == f"gpu01:{cfg.ray.port}"
+
+
+# -- carrying it out, with stand-ins for `ray start` -----------------------------------------
+
+@pytest.fixture
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in (("HEAD_START_S", 10.0), ("NODES_WAIT_S", 0.3), ("HEAD_WAIT_S", 10.0),
+                        ("HEAD_GONE_S", 0.3), ("POLL_S", 0.05), ("STOP_S", 5.0)):
+        monkeypatch.setattr(rc, name, value)
+
+
+@pytest.fixture
+def head_port() -> Iterator[socket.socket]:
+    """A listening socket on this host: the head's port, as a worker node sees it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    yield server
+    server.close()
+
+
+def _python(code: str) -> tuple[str, ...]:
+    return (sys.executable, "-c", code)
+
+
+def _port(server: socket.socket) -> int:
+    return int(server.getsockname()[1])
+
+
+def test_worker_serves_until_the_head_port_closes(fast: None, head_port: socket.socket) -> None:
+    p = Plan("worker", f"127.0.0.1:{_port(head_port)}", 2,
+             start=_python("import time; time.sleep(60)"))
+    threading.Timer(0.3, head_port.close).start()
+    started = time.monotonic()
+    assert rc.serve_as_worker(p) != 0          # the stand-in was stopped, not finished
+    assert time.monotonic() - started < 5
+
+
+def test_worker_returns_when_its_ray_start_ends(fast: None, head_port: socket.socket) -> None:
+    p = Plan("worker", f"127.0.0.1:{_port(head_port)}", 2, start=_python("raise SystemExit(3)"))
+    assert rc.serve_as_worker(p) == 3
+
+
+def test_worker_without_a_head_gives_up(fast: None, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(rc, "HEAD_WAIT_S", 0.2)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = _port(server)
+    server.close()
+    p = Plan("worker", f"127.0.0.1:{port}", 2, start=_python("raise SystemExit(0)"))
+    assert rc.serve_as_worker(p) == 1
+    assert "no Ray head at" in capsys.readouterr().err
+
+
+def test_connect_on_a_worker_node_serves_and_never_returns_an_address(
+        fast: None, head_port: socket.socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rc, "ray_start_commands",
+                        lambda *a, **k: list(_python("raise SystemExit(0)")))
+    env = _slurm_env(SLURM_JOB_NODELIST="127.0.0.1,gpu02", SLURM_NODEID="1")
+    with pytest.raises(rc.WorkerNodeFinished, match="exit code 0"):
+        rc.connect({**CFG, "port": _port(head_port)}, 2, 8, env)
+    assert "RAY_ADDRESS" not in env
+
+
+_FAKE_HEAD = ("import socket, sys, time\n"
+              "s = socket.create_server(('127.0.0.1', int(sys.argv[1])))\n"
+              "time.sleep(60)\n")
+
+
+def _fake_head(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Make `ray start --head` a process that listens on a free port; return the port."""
+    probe = socket.create_server(("127.0.0.1", 0))
+    port = _port(probe)
+    probe.close()
+    monkeypatch.setattr(rc, "ray_start_commands",
+                        lambda *a, **k: [sys.executable, "-c", _FAKE_HEAD, str(port)])
+    return port
+
+
+def test_connect_on_the_head_waits_for_the_nodes_and_sets_ray_address(
+        fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = _fake_head(monkeypatch)
+    seen: list[tuple[str, int]] = []
+    monkeypatch.setattr(rc, "wait_for_nodes", lambda address, n, hosts: seen.append((address, n)))
+    env = _slurm_env(SLURM_JOB_NODELIST="127.0.0.1,gpu02")
+    try:
+        assert rc.connect({**CFG, "port": port}, 2, 8, env) == f"127.0.0.1:{port}"
+        assert seen == [(f"127.0.0.1:{port}", 2)] and env["RAY_ADDRESS"] == f"127.0.0.1:{port}"
+        # a second engine of the same job gets the same cluster, nothing started twice
+        assert rc.connect({**CFG, "port": port}, 2, 8, {}) == f"127.0.0.1:{port}"
+        assert len(seen) == 1
+    finally:
+        rc.shutdown()
+    assert not rc._port_open("127.0.0.1", port)
+
+
+def test_connect_stops_its_head_when_nodes_do_not_come(
+        fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = _fake_head(monkeypatch)
+    only_head = [{"Alive": True, "NodeManagerHostname": "head", "NodeManagerAddress": "127.0.0.1"}]
+    real_wait = rc.wait_for_nodes
+    monkeypatch.setattr(rc, "wait_for_nodes",
+                        lambda address, n, hosts: real_wait(address, n, hosts, lambda: only_head))
+    env = _slurm_env(SLURM_JOB_NODELIST="127.0.0.1,ghost[07]")
+    with pytest.raises(rc.RayClusterError, match=r"1 of 2 nodes alive.*missing: ghost07\."):
+        rc.connect({**CFG, "port": port}, 2, 8, env)
+    assert rc._head is None and not rc._port_open("127.0.0.1", port)
+    assert "RAY_ADDRESS" not in env
+
+
+def test_a_head_that_dies_at_start_is_one_clear_error(fast: None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    p = Plan("head", "127.0.0.1:1", 2, start=_python("raise SystemExit(5)"))
+    with pytest.raises(rc.RayClusterError, match=r"did not open port 1 .*exit code 5"):
+        rc.start_head(p)
+    assert rc._head is None
+
+
+def test_connect_local_and_misconfigured() -> None:
+    env: dict[str, str] = {}
+    assert rc.connect(CFG, 1, 8, env) == "local" and env == {}
+    with pytest.raises(ConfigError, match="engine.nnodes=2"):
+        rc.connect(CFG, 2, 8, env)
+
+
+def test_missing_hosts_match_short_names_and_addresses() -> None:
+    alive = [{"NodeManagerHostname": "gpu01.cluster.org", "NodeManagerAddress": "10.0.0.1"},
+             {"NodeManagerHostname": "localhost", "NodeManagerAddress": "10.0.0.3"}]
+    ips = {"gpu03": "10.0.0.3"}
+    assert rc.missing_hosts(["gpu01", "gpu02", "gpu03"], alive, ips.get) == ["gpu02"]
+
+
+# -- the sbatch script of a two-node verl job ------------------------------------------------
+
+def test_two_node_verl_job_asks_slurm_for_two_whole_nodes(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from hydra import compose, initialize_config_dir
+
+    monkeypatch.setenv("HACRL_VENV", "/opt/hacrl/.venv")
+    monkeypatch.delenv("HACRL_SLURM_GPUS", raising=False)
+    overrides = ["scale=paper", "engine=verl", "pair=size", "launcher=slurm",
+                 "engine.nnodes=2", f"output_root={tmp_path}"]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+        local = compose(config_name="train", overrides=["scale=paper", "launcher=slurm"],
+                        return_hydra_config=True)
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert isinstance(launcher, dict)
+    lines = set(render_sbatch(launcher, tmp_path / ".submitit" / "%j").splitlines())
+    for flag in ("--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=8", "--cpus-per-task=64"):
+        assert f"#SBATCH {flag}" in lines, flag
+    assert "source /opt/hacrl/.venv/bin/activate" in lines
+    assert "export RAY_DEDUP_LOGS=0 RAY_USAGE_STATS_ENABLED=0 SLURM_KILL_BAD_EXIT=1" in lines
+    assert any(line.startswith("srun") and "submitit.core._submit" in line for line in lines)
+    # the local engine has no nnodes/gpus_per_node: one node, HACRL_SLURM_GPUS GPUs as before
+    monkeypatch.setenv("HACRL_SLURM_GPUS", "4")
+    assert "nnodes" not in local.engine
+    assert (local.hydra.launcher.nodes, local.hydra.launcher.gpus_per_node) == (1, 4)
+
+
+# -- a real Ray head, where Ray is installed -------------------------------------------------
+
+def test_a_real_one_node_ray_head(fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    ray = pytest.importorskip("ray", reason="Ray is not installed in this environment "
+                                            "(pip install -e '.[verl]'); the real head needs it")
+    monkeypatch.setattr(rc, "HEAD_START_S", 60.0)
+    monkeypatch.setattr(rc, "NODES_WAIT_S", 60.0)
+    host = socket.gethostname()
+    probe = socket.create_server(("", 0))
+    port = _port(probe)
+    probe.close()
+    temp_dir = tempfile.mkdtemp(prefix="hr", dir="/tmp")   # Ray's socket paths: < 108 chars
+    alloc = SlurmAllocation("1", (host, "ghost-node"), 0, 2, gpus_per_node=0, cpus_per_task=1)
+    p = plan({"address": None, "port": port, "temp_dir": temp_dir}, 2, 0, alloc)
+    assert p.role == "head" and "--num-gpus=0" in p.start and "--num-cpus=1" in p.start
+    try:
+        rc.start_head(p)
+        rc.wait_for_nodes(p.address, 1, p.hosts)
+        monkeypatch.setattr(rc, "NODES_WAIT_S", 0.0)
+        with pytest.raises(rc.RayClusterError, match=r"1 of 2 nodes alive.*missing: ghost-node\."):
+            rc.wait_for_nodes(p.address, 2, p.hosts)
+        ray.init(address=p.address, log_to_driver=False)
+        try:
+            assert len([node for node in ray.nodes() if node["Alive"]]) == 1
+        finally:
+            ray.shutdown()
+    finally:
+        rc.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert not rc._port_open(host, port)
