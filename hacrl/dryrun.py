@@ -8,13 +8,12 @@ and, with `--dry-run-dir`, written there (one YAML per agent) for inspection.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
 
 from hacrl.config import JobSpec
-from hacrl.engines.base import ENGINE_MODULES, EngineContext
+from hacrl.engines.base import EngineContext, engine_hook
 
 
 def contexts(spec: JobSpec) -> list[tuple[EngineContext, str]]:
@@ -36,8 +35,7 @@ def contexts(spec: JobSpec) -> list[tuple[EngineContext, str]]:
 def dry_run(spec: JobSpec, write_dir: Path | None = None) -> list[dict[str, Any]]:
     """One record per agent: engine, model, and what the engine's `describe` returns."""
     engine = str(spec.cfg.engine.name)
-    module = importlib.import_module(ENGINE_MODULES[engine]) if engine in ENGINE_MODULES else None
-    describe = getattr(module, "describe", None)
+    describe = engine_hook(engine, "describe")
     records = []
     for context, path in contexts(spec):
         record: dict[str, Any] = {"team": str(context.run_dir.name if context.run_dir else ""),

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from hacrl.config import AgentSpec, JobSpec
-from hacrl.engines.base import EngineContext, SamplingParams, make_engine
+from hacrl.engines.base import EngineContext, SamplingParams, engine_hook, make_engine
 from hacrl.evaluation import greedy_accuracy
 from hacrl.evaluation.runner import evaluate_into_run
 from hacrl.loop import Agent, LoopSettings, PromptSchedule, TeamLoop, seed_everything
@@ -111,6 +111,13 @@ def process_age_s() -> float:
     return max(0.0, time.time() - psutil.Process().create_time())
 
 
+def before_job(cfg: Any) -> dict[str, Any] | None:
+    """The engine's say before a job starts: a summary means "this process does not train"
+    (a worker node of a multi-node verl job serves Ray and ends with the cluster)."""
+    hook = engine_hook(str(cfg.engine.name), "before_job")
+    return hook(cfg) if hook is not None else None
+
+
 PHASES = ("setup_s", "validation_s", "train_s", "eval_s")  # the job's own work, per team
 
 
@@ -118,6 +125,8 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
     """Train every team of the job; returns a summary (run ids, final metrics, phase times)."""
     startup_s = process_age_s()
     c = spec.cfg
+    if (done := before_job(c)) is not None:
+        return done
     if c.engine.get("threads"):
         torch.set_num_threads(int(c.engine.threads))
     directory = run_dir(spec)

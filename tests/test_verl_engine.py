@@ -299,7 +299,7 @@ def paper_env(tmp_path: Path, micro_zoo: Path, monkeypatch: pytest.MonkeyPatch) 
 
     models = tmp_path / "models"
     catalog = compose([]).models
-    for name, entry in catalog.items():
+    for entry in catalog.values():
         link = models / str(entry.paper)
         link.parent.mkdir(parents=True, exist_ok=True)
         family = "llama3.2-1b-instruct" if entry.family == "llama" else "qwen3-4b-base"

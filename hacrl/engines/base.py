@@ -129,6 +129,13 @@ def register_engine(name: str) -> Callable[[Callable[..., Engine]], Callable[...
     return add
 
 
+def engine_hook(name: str, hook: str) -> Callable[..., Any] | None:
+    """An optional function of engine `name`'s module (e.g. `describe` for dry runs,
+    `before_job`), or None; importing the module is what registers the engine."""
+    module = ENGINE_MODULES.get(name)
+    return getattr(importlib.import_module(module), hook, None) if module else None
+
+
 def make_engine(name: str, **kwargs: Any) -> Engine:
     if name not in ENGINES and name in ENGINE_MODULES:
         importlib.import_module(ENGINE_MODULES[name])  # engines register on import

@@ -30,8 +30,10 @@ def _log_path() -> str:
 
 def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
     from hacrl.config import validate
-    from hacrl.job import run_job
+    from hacrl.job import before_job, run_job
 
+    if before_job(cfg) is not None:  # another node of this cell's job trains and keeps its state
+        return {"cell": str(cfg.cell.id), "status": "ray worker node"}
     started = time.time()
     path = cell_state_path(sweep_dir, str(cfg.cell.id))
     previous = read_json(path)

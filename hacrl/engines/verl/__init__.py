@@ -58,6 +58,22 @@ def describe(context: Any, model_path: str, write_dir: Any = None) -> dict[str, 
     return record
 
 
+def before_job(cfg: Any) -> dict[str, Any] | None:
+    """On a worker node of a multi-node allocation (SLURM task rank > 0): be a Ray node of
+    the head's cluster until it ends, and train nothing (no runs, no run directory)."""
+    import os
+
+    from hacrl.engines.verl.ray_cluster import plan_from_env, serve_as_worker
+
+    e = cfg.engine
+    plan = plan_from_env(e.ray, int(e.nnodes), int(e.gpus_per_node), os.environ)
+    if plan.role != "worker":
+        return None
+    code = serve_as_worker(plan)
+    return {"skipped": True, "ray_worker_of": plan.address, "ray_exit_code": code,
+            "run_dir": None, "teams": []}
+
+
 def record_name(context: Any) -> str:
     team = context.run_dir.name if context.run_dir is not None else "team"
     return f"{team}/{context.agent_name}"

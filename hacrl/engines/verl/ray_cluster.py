@@ -436,21 +436,22 @@ def _launch(argv: Sequence[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(_resolve(argv), start_new_session=True)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def _stop(process: subprocess.Popen[bytes], graceful: bool = True) -> None:
     """SIGTERM a blocking `ray start` (it stops its node's Ray processes), SIGKILL if it hangs,
     then SIGKILL what is left of its process group: agents whose raylet died with the head
-    gone outlive it otherwise."""
-    if process.poll() is None:
+    gone outlive it otherwise. Not graceful: SIGKILL at once (a worker whose head is gone
+    would spend half a minute trying to tell the head it leaves)."""
+    if graceful and process.poll() is None:
         process.terminate()
         try:
             process.wait(STOP_S)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            pass
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    process.wait()
 
 
 def serve_as_worker(p: Plan) -> int:
@@ -468,22 +469,25 @@ def serve_as_worker(p: Plan) -> int:
               f"ends (the head node's log says why)", file=sys.stderr, flush=True)
         return 1
     process = _launch(p.start)
+    head_gone = False
     try:
-        _serve_until_head_gone(process, host, port)
+        head_gone = _serve_until_head_gone(process, host, port)
     finally:
-        _stop(process)
+        _stop(process, graceful=not head_gone)
     return int(process.returncode)
 
 
-def _serve_until_head_gone(process: subprocess.Popen[bytes], host: str, port: int) -> None:
-    """Return when the worker's `ray start` exits or the head's port stays closed HEAD_GONE_S."""
+def _serve_until_head_gone(process: subprocess.Popen[bytes], host: str, port: int) -> bool:
+    """Until the worker's `ray start` exits (False) or the head's port stays closed for
+    HEAD_GONE_S (True)."""
     last_seen = time.monotonic()
     while process.poll() is None:
         if _port_open(host, port):
             last_seen = time.monotonic()
         elif time.monotonic() - last_seen >= HEAD_GONE_S:
-            return
+            return True
         time.sleep(POLL_S)
+    return False
 
 
 @contextmanager

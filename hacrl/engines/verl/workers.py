@@ -22,25 +22,43 @@ from typing import Any
 from hacrl.engines.verl.loss import UPDATE_INDEX
 
 
+class UpdateNumbering:
+    """m of each mini-batch of one update call: the call's first m (sent by the driver) plus
+    the mini-batches seen since. Shared by the worker below and the CPU tests."""
+
+    def __init__(self) -> None:
+        self.base, self.seen = 0, 0
+
+    def begin(self, data: Any) -> None:
+        from verl.utils import tensordict_utils as tu
+
+        self.base, self.seen = int(tu.pop(data, key=UPDATE_INDEX, default=0)), 0
+
+    def number(self, data: Any) -> int:
+        from verl.utils import tensordict_utils as tu
+
+        index = self.base + self.seen
+        tu.assign_non_tensor(data, **{UPDATE_INDEX: index})
+        self.seen += 1
+        return index
+
+
 @functools.cache
 def worker_classes() -> tuple[type, type]:
     """(HacrlTrainingWorker, HacrlActorRolloutRefWorker)."""
     from verl.single_controller.base.decorator import Dispatch, register
-    from verl.utils import tensordict_utils as tu
     from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
     class HacrlTrainingWorker(TrainingWorker):  # type: ignore[misc, valid-type]
-        _update_base = 0
-        _mini_batches = 0
+        numbering = UpdateNumbering()
 
         def train_mini_batch(self, data: Any) -> Any:
-            self._update_base = int(tu.pop(data, key=UPDATE_INDEX, default=0))
-            self._mini_batches = 0
+            self.numbering = UpdateNumbering()
+            self.numbering.begin(data)
             return TrainingWorker.train_mini_batch(self, data)
 
         def train_batch(self, data: Any) -> Any:
-            tu.assign_non_tensor(data, **{UPDATE_INDEX: self._update_base + self._mini_batches})
-            self._mini_batches += 1
+            self.numbering.number(data)
             return TrainingWorker.train_batch(self, data)
 
     class HacrlActorRolloutRefWorker(ActorRolloutRefWorker):  # type: ignore[misc, valid-type]
@@ -81,4 +99,4 @@ def offset_replica_class(base: type, offset: int) -> type:
     return OffsetReplica
 
 
-__all__ = ["offset_replica_class", "worker_classes"]
+__all__ = ["UpdateNumbering", "offset_replica_class", "worker_classes"]
