@@ -7,6 +7,7 @@ one-node Ray head where Ray is installed.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
@@ -332,7 +333,8 @@ def test_two_node_verl_job_asks_slurm_for_two_whole_nodes(tmp_path: Path,
                  "engine.nnodes=2", f"output_root={tmp_path}"]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-        local = compose(config_name="train", overrides=["scale=paper", "launcher=slurm"],
+        local = compose(config_name="train", overrides=["scale=paper", "engine=local",
+                                                          "launcher=slurm"],
                         return_hydra_config=True)
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     assert isinstance(launcher, dict)
@@ -346,6 +348,16 @@ def test_two_node_verl_job_asks_slurm_for_two_whole_nodes(tmp_path: Path,
     monkeypatch.setenv("HACRL_SLURM_GPUS", "4")
     assert "nnodes" not in local.engine
     assert (local.hydra.launcher.nodes, local.hydra.launcher.gpus_per_node) == (1, 4)
+
+
+def test_one_auth_mode_for_the_whole_job(tmp_path: Path) -> None:
+    assert rc.auth_mode({"RAY_AUTH_MODE": "disabled"}, home=tmp_path) == "disabled"
+    assert rc.auth_mode({}, home=tmp_path) == "disabled"
+    assert rc.auth_mode({"RAY_AUTH_TOKEN": "x"}, home=tmp_path) == "token"
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("t")
+    assert rc.auth_mode({}, home=tmp_path) == "token"
+    assert rc.auth_mode({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "none")}, home=tmp_path) == "disabled"
 
 
 # -- a real Ray head, where Ray is installed -------------------------------------------------
@@ -363,6 +375,10 @@ def test_a_real_one_node_ray_head(fast: None, monkeypatch: pytest.MonkeyPatch) -
     alloc = SlurmAllocation("1", (host, "ghost-node"), 0, 2, gpus_per_node=0, cpus_per_task=1)
     p = plan({"address": None, "port": port, "temp_dir": temp_dir}, 2, 0, alloc)
     assert p.role == "head" and "--num-gpus=0" in p.start and "--num-cpus=1" in p.start
+    # what connect() does first: the head and this driver agree on Ray's auth mode, whatever
+    # an earlier local ray.init() left in ~/.ray
+    monkeypatch.setenv("RAY_AUTH_MODE", "")
+    rc.use_auth_mode(rc.auth_mode({k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}))
     try:
         rc.start_head(p)
         rc.wait_for_nodes(p.address, 1, p.hosts)

@@ -31,12 +31,23 @@ CONFIG = LossConfig(alpha=0.6, kl_coef=0.0)
 
 @pytest.fixture(scope="module")
 def ray_cpu(tmp_path_factory: pytest.TempPathFactory):
+    import os
+
+    from hacrl.engines.verl.ray_cluster import use_auth_mode
+
+    # a local ray.init() would otherwise write ~/.ray/auth_token into the user's home
+    previous = os.environ.get("RAY_AUTH_MODE")
+    use_auth_mode("disabled")
     # logical CPUs: every worker group reserves one bundle per worker (2 cores are plenty)
     ray.init(num_cpus=8, num_gpus=0, include_dashboard=False, log_to_driver=False,
              _temp_dir=str(tmp_path_factory.mktemp("ray")),
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parents[1])}})
     yield
     ray.shutdown()
+    if previous is None:
+        del os.environ["RAY_AUTH_MODE"]
+    else:
+        os.environ["RAY_AUTH_MODE"] = previous
 
 
 def _rows(n: int) -> tuple[list[TokenView], LossBatch]:

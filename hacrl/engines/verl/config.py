@@ -120,7 +120,10 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
         "actor_rollout_ref.actor.use_kl_loss": loss.kl_coef > 0,
         "actor_rollout_ref.actor.kl_loss_coef": float(loss.kl_coef),
         "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
-        "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra"],
+        # sharded FSDP state to resume from, plus a Hugging Face copy for evaluation (lm-eval)
+        "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra",
+                                                             "hf_model"],
+        "actor_rollout_ref.actor.checkpoint.load_contents": ["model", "optimizer", "extra"],
         # reference policy (KL term only)
         "actor_rollout_ref.ref.fsdp_config.param_offload": True,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": int(micro) if micro else None,

@@ -10,7 +10,7 @@ is the local engine's loop (`hacrl.loop.TeamLoop`); this adapter turns its calls
     save / load  -> verl's FSDP checkpointing (+ a Hugging Face copy for evaluation)
 
 All agents of a job share one Ray cluster (`VerlCluster`): `placement=colocate` puts every
-agent's workers on the same GPUs (each worker holds 1/n_agents of a GPU's Ray share; FSDP
+agent's workers on the same GPUs (one resource pool, several processes per GPU; FSDP
 offload and rollout sleep keep only one phase resident), `placement=split` gives each agent its
 own GPUs. Replica ranks are offset per agent (`workers.offset_replica_class`).
 
@@ -80,8 +80,9 @@ class VerlCluster:
             where = self.placement
             self.pools[key] = RayResourcePool(
                 process_on_nodes=[where.gpus_per_node] * where.nnodes, use_gpu=True,
-                max_colocate_count=max(1, self.n_agents) if key == 0 and
-                self.cfg.engine.placement == "colocate" else 1,
+                # processes per GPU: every colocated agent's worker plus room for verl's helpers
+                # (its trainer keeps 3 for actor/rollout, ref/critic, reward)
+                max_colocate_count=max(3, self.n_agents + 1),
                 name_prefix=f"hacrl_pool{key}_")
         return self.pools[key]
 
@@ -131,8 +132,12 @@ class VerlEngine(Engine):
         self.workers.set_loss_fn(functools.partial(hacrl_loss, loss_config=context.loss))
         self.world_size = int(self.workers.world_size)
         self._start_rollout(pool)
-        self.version = 0  # optimizer updates so far: the weight version vLLM must serve
-        self.synced = -1
+        self.version = 0  # optimizer updates so far (the weight version vLLM serves)
+        actor = self.config.actor_rollout_ref.actor
+        # rows per update call: whole micro-batches on every rank unless micro-batches are
+        # sized by tokens (dynamic)
+        self.row_multiple = self.world_size * (
+            1 if actor.use_dynamic_bsz else int(actor.ppo_micro_batch_size_per_gpu or 1))
 
     def _start_rollout(self, pool: Any) -> None:
         from verl.checkpoint_engine import CheckpointEngineManager
@@ -166,11 +171,9 @@ class VerlEngine(Engine):
     # -- sampling ---------------------------------------------------------------------------
     def generate(self, prompt_ids: list[list[int]], n: int,
                  sampling: SamplingParams) -> list[list[Generation]]:
-        if self.synced != self.version:
-            self.weights.update_weights(global_steps=self.version)  # also wakes the rollout
-            self.synced = self.version
-        else:
-            self.weights.wake_up_replicas()
+        # every rollout starts from the actor's current weights: the sleeping vLLM dropped its
+        # copy (free_cache_engine), and the sync wakes it up
+        self.weights.update_weights(global_steps=self.version)
         try:
             outputs = asyncio.run(self._generate_all(prompt_ids, n, sampling))
         finally:
@@ -206,7 +209,7 @@ class VerlEngine(Engine):
         out: list[Tensor] = []
         for start in range(0, len(views), self.chunk_rows):
             chunk = views[start:start + self.chunk_rows]
-            rows, _ = vb.pad_rows(list(chunk), {}, self.world_size)
+            rows, _ = vb.pad_rows(list(chunk), {}, self.row_multiple)
             data = vb.to_tensordict(rows, self._pad_id, meta={
                 "calculate_entropy": False, "compute_loss": False,
                 "temperature": self.temperature})
@@ -224,7 +227,7 @@ class VerlEngine(Engine):
 
         width = max(1, max(len(v.response_ids) for v in views))
         sizes = Denominators.of(batch)
-        rows, fields = vb.pad_rows(list(views), vb.loss_fields(batch, width), self.world_size)
+        rows, fields = vb.pad_rows(list(views), vb.loss_fields(batch, width), self.row_multiple)
         meta = {UPDATE_INDEX: loss_fn.update_index,
                 DENOMINATORS: (sizes.rows, sizes.tokens, sizes.own_tokens),
                 "global_batch_size": len(rows), "mini_batch_size": len(rows), "epochs": 1,
@@ -250,7 +253,6 @@ class VerlEngine(Engine):
     def load(self, directory: Path) -> None:
         self.workers.load_checkpoint(local_path=str((directory / "verl").resolve()))
         self.version = int(json.loads((directory / "engine.json").read_text())["version"])
-        self.synced = -1
 
     def close(self) -> None:
         self.cluster.release()

@@ -335,6 +335,33 @@ class _Head:
 _head: _Head | None = None   # the head this process started (one per process at most)
 
 
+def auth_mode(env: Mapping[str, str], home: Path | None = None) -> str:
+    """The Ray authentication mode every process of the job uses (RAY_AUTH_MODE).
+
+    Ray 2.5x decides per process: a local `ray.init()` turns token auth on (and writes
+    ~/.ray/auth_token), `ray start` turns it on only when a token already exists, and a client
+    may end up with another mode than the cluster it joins ("InvalidAuthToken"). The job picks
+    one mode for all: the user's RAY_AUTH_MODE, else token when a token is there for every node
+    to read (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token on a shared home), else
+    disabled.
+    """
+    if env.get("RAY_AUTH_MODE"):
+        return str(env["RAY_AUTH_MODE"])
+    path = env.get("RAY_AUTH_TOKEN_PATH") or str((home or Path.home()) / ".ray" / "auth_token")
+    return "token" if env.get("RAY_AUTH_TOKEN") or Path(path).is_file() else "disabled"
+
+
+def use_auth_mode(mode: str, env: MutableMapping[str, str] = os.environ) -> None:
+    """Set RAY_AUTH_MODE for this process and its children. Ray caches its config when first
+    used, so an already imported Ray re-reads it (what Ray itself does when it turns token
+    auth on)."""
+    env["RAY_AUTH_MODE"] = mode
+    if env is os.environ and "ray" in sys.modules:
+        from ray._raylet import Config
+
+        Config.initialize("")
+
+
 def connect(engine_ray_cfg: Mapping[str, Any], nnodes: int, gpus_per_node: int,
             env: MutableMapping[str, str] = os.environ) -> str:
     """Make sure the Ray cluster the job asks for exists; the address `ray.init` should use.
@@ -349,6 +376,8 @@ def connect(engine_ray_cfg: Mapping[str, Any], nnodes: int, gpus_per_node: int,
         env["RAY_ADDRESS"] = _head.address
         return _head.address
     p = plan_from_env(engine_ray_cfg, nnodes, gpus_per_node, env)
+    if p.role in ("head", "worker"):  # `ray start` children and this driver: one auth mode
+        use_auth_mode(auth_mode(env), env)
     if p.role == "worker":
         rc = serve_as_worker(p)
         raise WorkerNodeFinished(f"worker node of the Ray cluster at {p.address} done "
