@@ -18,18 +18,11 @@ from hacrl.engines.base import EngineContext, engine_hook
 
 def contexts(spec: JobSpec) -> list[tuple[EngineContext, str]]:
     """(context, model path) of every agent of every team, as the job would build them."""
-    from hacrl.job import run_dir
+    from hacrl.job import engine_context, run_dir
 
-    c, out = spec.cfg, []
     root = run_dir(spec)
-    for t, team in enumerate(spec.teams):
-        for i, agent in enumerate(team):
-            out.append((EngineContext(
-                cfg=c, agent_name=agent.name, agent_index=i, n_agents=len(team), loss=spec.loss,
-                group_size=int(c.train.rollouts_per_prompt) * spec.method.rollout_multiplier,
-                minibatch_prompts=int(c.train.minibatch_prompts) // spec.method.minibatch_divisor,
-                run_dir=root / f"team-{t}"), agent.path))
-    return out
+    return [(engine_context(spec, agent, i, len(team), root / f"team-{t}"), agent.path)
+            for t, team in enumerate(spec.teams) for i, agent in enumerate(team)]
 
 
 def dry_run(spec: JobSpec, write_dir: Path | None = None) -> list[dict[str, Any]]:
@@ -41,7 +34,8 @@ def dry_run(spec: JobSpec, write_dir: Path | None = None) -> list[dict[str, Any]
         record: dict[str, Any] = {"team": str(context.run_dir.name if context.run_dir else ""),
                                   "agent": context.agent_name, "model": path, "engine": engine,
                                   "group_size": context.group_size,
-                                  "minibatch_prompts": context.minibatch_prompts}
+                                  "minibatch_prompts": context.minibatch_prompts,
+                                  "updates_per_step": context.updates_per_step}
         if describe is not None:
             record.update(describe(context, path, write_dir))
         records.append(record)

@@ -80,13 +80,22 @@ def _settings(spec: JobSpec) -> LoopSettings:
         baseline_guard=c.algo.baseline_guard, zero_uniform_groups=c.algo.zero_uniform_groups)
 
 
+def engine_context(spec: JobSpec, agent: AgentSpec, index: int, team_size: int,
+                   root: Path) -> EngineContext:
+    """What the engine of agent `index` of a team of `team_size` gets to know about the job."""
+    c, method = spec.cfg, spec.method
+    group = int(c.train.rollouts_per_prompt) * method.rollout_multiplier
+    minibatch = int(c.train.minibatch_prompts) // method.minibatch_divisor
+    sources = team_size if method.borrowed != "none" else 1  # own rows + each partner's
+    rows = int(c.train.prompts_per_step) * group * sources
+    return EngineContext(cfg=c, agent_name=agent.name, agent_index=index, n_agents=team_size,
+                         loss=spec.loss, group_size=group, minibatch_prompts=minibatch,
+                         run_dir=root, updates_per_step=-(-rows // (minibatch * group)))
+
+
 def _engine(spec: JobSpec, agent: AgentSpec, index: int, team_size: int, root: Path) -> Any:
     c = spec.cfg
-    context = EngineContext(
-        cfg=c, agent_name=agent.name, agent_index=index, n_agents=team_size, loss=spec.loss,
-        group_size=int(c.train.rollouts_per_prompt) * spec.method.rollout_multiplier,
-        minibatch_prompts=int(c.train.minibatch_prompts) // spec.method.minibatch_divisor,
-        run_dir=root)
+    context = engine_context(spec, agent, index, team_size, root)
     return make_engine(c.engine.name, model_path=agent.path, lr=float(c.train.lr),
                        betas=tuple(c.train.betas), weight_decay=float(c.train.weight_decay),
                        grad_clip=float(c.train.grad_clip), device=c.engine.device,

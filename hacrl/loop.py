@@ -281,7 +281,7 @@ class TeamLoop:
     def _update(self, k: int, step: int, engine: Engine, views: list[TokenView],
                 batch: LossBatch) -> dict[str, float]:
         order = self._order(k, step, batch)
-        sums: dict[str, float] = {}
+        per_update: list[dict[str, float]] = []
         s_homo: list[Tensor] = []
         s_hete: list[Tensor] = []
         updates = 0
@@ -294,10 +294,9 @@ class TeamLoop:
             for out in loss_fn.outputs:
                 s_homo.append(out.s_homo.cpu())
                 s_hete.append(out.s_hete.cpu())
-            for key, value in metrics.items():
-                sums[key] = sums.get(key, 0.0) + value
+            per_update.append(metrics)
             updates += 1
-        result = {key: value / updates for key, value in sums.items()}
+        result = combine_updates(per_update)
         result["train/updates"] = float(updates)
         result.update(_stats("ratio/s_homo", s_homo))
         result.update(_stats("ratio/s_hete", s_hete))
@@ -310,6 +309,31 @@ class TeamLoop:
     def load_state_dict(self, state: dict) -> None:
         self.capability.load_state_dict(state["capability"])
         set_rng_state(state["rng"])
+
+
+def combine_updates(per_update: list[dict[str, float]]) -> dict[str, float]:
+    """One step's metrics from its updates' metrics: a key's mean over the updates that report
+    it; `*_min` / `*_max` the extreme; `<name>_sum` with `<name>_count` (statistics an engine
+    reports as sums, e.g. verl's ratio statistics) become `<name>_mean` over all rows."""
+    values: dict[str, list[float]] = {}
+    for metrics in per_update:
+        for key, value in metrics.items():
+            values.setdefault(key, []).append(value)
+    out: dict[str, float] = {}
+    for key, seen in values.items():
+        if key.endswith("_count"):
+            continue
+        if key.endswith("_sum") and f"{key[:-4]}_count" in values:
+            count = sum(values[f"{key[:-4]}_count"])
+            if count > 0:
+                out[f"{key[:-4]}_mean"] = sum(seen) / count
+        elif key.endswith("_min"):
+            out[key] = min(seen)
+        elif key.endswith("_max"):
+            out[key] = max(seen)
+        else:
+            out[key] = sum(seen) / len(seen)
+    return out
 
 
 def _mean(logp: Tensor) -> Tensor:

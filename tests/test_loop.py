@@ -305,3 +305,19 @@ def test_step_is_deterministic_given_the_seed(micro_zoo, lenient_grader):
     first, again, other = run(0), run(0), run(1)
     assert first == again
     assert first != other
+
+
+def test_combine_updates_keeps_extremes_and_weights_sums():
+    from hacrl.loop import combine_updates
+
+    per_update = [
+        {"loss/policy": 1.0, "ratio/s_hete_sum": 3.0, "ratio/s_hete_count": 2.0,
+         "ratio/s_hete_min": 0.9, "ratio/s_hete_max": 1.4},
+        {"loss/policy": 3.0, "ratio/s_hete_sum": 1.0, "ratio/s_hete_count": 2.0,
+         "ratio/s_hete_min": 0.7, "ratio/s_hete_max": 1.1},
+        {"loss/policy": 2.0},  # an update without borrowed rows reports no ratio statistics
+    ]
+    out = combine_updates(per_update)
+    assert out == {"loss/policy": 2.0, "ratio/s_hete_mean": 1.0, "ratio/s_hete_min": 0.7,
+                   "ratio/s_hete_max": 1.4}
+    assert combine_updates([{"ratio/s_homo_sum": 0.0, "ratio/s_homo_count": 0.0}]) == {}

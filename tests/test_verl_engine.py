@@ -7,7 +7,6 @@ What needs GPUs (FSDP workers, vLLM replicas) is exercised by scripts/verl_gpu_s
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 import sys
@@ -22,7 +21,13 @@ pytest.importorskip("verl", reason="engine=verl tests need the [verl] extra: "
 from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss  # noqa: E402
 from hacrl.config import ConfigError, compose  # noqa: E402
 from hacrl.engines.verl import batch as vb  # noqa: E402
-from hacrl.engines.verl.loss import DENOMINATORS, UPDATE_INDEX, hacrl_loss  # noqa: E402
+from hacrl.engines.verl.loss import (  # noqa: E402
+    DENOMINATORS,
+    ROWS,
+    UPDATE_INDEX,
+    WEIGHTED,
+    loss_callable,
+)
 from hacrl.rollout import TokenView  # noqa: E402
 
 HACPO = LossConfig(alpha=0.7, delta=0.2, delta_step=0.025)
@@ -62,6 +67,16 @@ def _meta(views: list[TokenView], batch: LossBatch, m: int, dp_size: int = 1) ->
     return {UPDATE_INDEX: m, DENOMINATORS: (d.rows, d.tokens, d.own_tokens), "dp_size": dp_size}
 
 
+def verl_call(config: LossConfig, model_logp: torch.Tensor, data: object) -> tuple:
+    """The installed loss callable, called the way verl's FSDP engine calls it (keywords)."""
+    return loss_callable(config)(model_output={"log_probs": model_logp}, data=data, dp_group=None)
+
+
+def per_row(metrics: dict, key: str) -> float:
+    """A row-weighted metric as the engine reads it back (sum of value x rows / rows)."""
+    return float(metrics[key].aggregate() / metrics[ROWS].aggregate())
+
+
 def _full_sequence(logp: torch.Tensor, views: list[TokenView]) -> list[torch.Tensor]:
     """Per-row model output over prompt + response, as verl's engine returns log-probs:
     position t holds the log-prob of token t + 1 (so the response sits one to the left)."""
@@ -87,12 +102,13 @@ def test_loss_callable_is_policy_loss_in_every_layout(layout: str, kl: bool) -> 
     full = _full_sequence(logp, views)
     model_logp = {"nested": torch.nested.as_nested_tensor(full, layout=torch.jagged),
                   "flat": torch.cat(full), "padded": logp}[layout]
-    loss, metrics = hacrl_loss(None, {"log_probs": model_logp}, data, loss_config=config)
+    loss, metrics = verl_call(config, model_logp, data)
     assert abs(float(loss) - float(expected.loss)) < 1e-6
+    assert set(expected.metrics) == set(WEIGHTED)  # every metric of policy_loss is reported
     for key, value in expected.metrics.items():
-        assert abs(metrics[key].aggregate() - value) < 1e-6, key
+        assert abs(per_row(metrics, key) - value) < 1e-6, key
     assert metrics["ratio/s_hete_count"].aggregate() == int(batch.cross.sum())
-    assert metrics["clip/lower_bound"].aggregate() == pytest.approx(1 - 0.2 + 3 * 0.025)
+    assert per_row(metrics, "clip/lower_bound") == pytest.approx(1 - 0.2 + 3 * 0.025)
 
 
 def test_update_index_is_required_and_changes_the_borrowed_clip() -> None:
@@ -102,12 +118,12 @@ def test_update_index_is_required_and_changes_the_borrowed_clip() -> None:
     logp = batch.old_logp * batch.response_mask
     no_index = vb.to_tensordict(views, 0, fields, {"dp_size": 1})
     with pytest.raises(KeyError, match=UPDATE_INDEX):
-        hacrl_loss(None, {"log_probs": logp}, no_index, loss_config=HACPO)
+        verl_call(HACPO, logp, no_index)
     bounds = []
     for m in (0, 4):
         data = vb.to_tensordict(views, 0, fields, _meta(views, batch, m))
-        _, metrics = hacrl_loss(None, {"log_probs": logp}, data, loss_config=HACPO)
-        bounds.append(metrics["clip/lower_bound"].aggregate())
+        _, metrics = verl_call(HACPO, logp, data)
+        bounds.append(per_row(metrics, "clip/lower_bound"))
     assert bounds == pytest.approx([0.8, 0.9])
 
 
@@ -132,7 +148,7 @@ def test_micro_batches_and_data_parallel_ranks_add_up_to_the_mini_batch_gradient
     for rank in tu.chunk_tensordict(data, dp_size):
         for micro in tu.chunk_tensordict(rank, 3):
             rows = micro["row"]
-            loss, _ = hacrl_loss(None, {"log_probs": pieces[rows]}, micro, loss_config=config)
+            loss, _ = verl_call(config, pieces[rows], micro)
             total = total + loss / dp_size  # what FSDP's gradient averaging does
     total.backward()
     assert whole.grad is not None and pieces.grad is not None
@@ -170,7 +186,7 @@ def test_loss_callable_agrees_with_the_local_engine(micro_zoo: Path, one_thread:
         token_logp = torch.log_softmax(logits, -1).gather(-1, ids[1:, None]).squeeze(-1)
         rows.append(torch.cat([token_logp, torch.zeros(1)]))
     nested = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
-    loss_nested, _ = hacrl_loss(None, {"log_probs": nested}, data, loss_config=config)
+    loss_nested, _ = verl_call(config, nested, data)
     # verl with padding: left/right padded prompt|response, response log-probs [B, R]
     padded = vb.padded_batch(views, engine.pad_id)
     logits = engine.model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"],
@@ -178,7 +194,7 @@ def test_loss_callable_agrees_with_the_local_engine(micro_zoo: Path, one_thread:
     start = padded["prompts"].shape[1]
     token_logp = torch.log_softmax(logits[:, start - 1:-1], -1).gather(
         -1, padded["responses"][..., None]).squeeze(-1)
-    loss_padded, _ = hacrl_loss(None, {"log_probs": token_logp}, data, loss_config=config)
+    loss_padded, _ = verl_call(config, token_logp, data)
 
     for loss in (loss_nested, loss_padded):
         assert abs(loss.item() - local.loss.item()) < 1e-6
@@ -214,6 +230,21 @@ def test_batch_round_trip_and_filler_rows() -> None:
     filled = policy_loss(torch.zeros(8, width), again, HACPO, 0, Denominators.of(batch))
     plain = policy_loss(torch.zeros(5, width), batch, HACPO, 0)
     assert abs(float(filled.loss) - float(plain.loss)) < 1e-7
+    # through the loss callable, filler rows change neither the loss nor the metrics
+    logp = torch.randn(len(rows), width) * 0.1 - 1
+    d = Denominators.of(batch)
+    meta = {UPDATE_INDEX: 1, DENOMINATORS: (d.rows, d.tokens, d.own_tokens), "dp_size": 1}
+    loss, metrics = verl_call(HACPO, logp, vb.to_tensordict(rows, 0, fields, meta))
+    alone = policy_loss(logp[:5] * batch.response_mask, batch, HACPO, 1)
+    assert abs(float(loss) - float(alone.loss)) < 1e-6
+    assert metrics[ROWS].aggregate() == 5
+    for key, value in alone.metrics.items():
+        assert abs(per_row(metrics, key) - value) < 1e-6, key
+    # a micro-batch of filler rows only: zero loss with a graph, weight 0
+    only_filler = vb.to_tensordict(rows[5:], 0, {k: v[5:] for k, v in fields.items()}, meta)
+    empty_logp = torch.zeros(3, width, requires_grad=True)
+    loss, metrics = verl_call(HACPO, empty_logp, only_filler)
+    assert float(loss) == 0.0 and loss.requires_grad and metrics[ROWS].aggregate() == 0
 
 
 def test_batch_without_loss_fields_is_refused() -> None:
@@ -227,15 +258,16 @@ def test_batch_without_loss_fields_is_refused() -> None:
 def test_actor_metrics_keep_our_names_and_prefix_verls() -> None:
     from hacrl.engines.verl.engine import actor_metrics
 
-    out = actor_metrics({"loss/policy": [0.5, 0.7], "grad_norm": [2.0], "lr": [1e-6],
+    out = actor_metrics({"loss/policy": [3.0], ROWS: [5.0], "grad_norm": [2.0], "lr": [1e-6],
                          "ratio/s_hete_sum": [3.0, 1.0], "ratio/s_hete_count": [4.0, 2.0],
                          "ratio/s_hete_min": [0.9], "ratio/s_hete_max": [1.2],
                          "ratio/s_homo_sum": [0.0], "ratio/s_homo_count": [0.0],
                          "ratio/s_homo_min": [float("inf")], "ratio/s_homo_max": [-float("inf")],
                          "perf/max_memory_allocated_gb": [10.0]})
     assert out["loss/policy"] == pytest.approx(0.6) and out["grad_norm"] == 2.0
-    assert out["ratio/s_hete_mean"] == pytest.approx(4.0 / 6.0)
-    assert "ratio/s_homo_mean" not in out and "ratio/s_homo_min" not in out
+    # ratio statistics stay sums / counts / extremes for the loop to combine over updates
+    assert out["ratio/s_hete_sum"] == 2.0 and out["ratio/s_hete_count"] == 3.0
+    assert out["ratio/s_hete_min"] == 0.9 and "ratio/s_homo_min" not in out
     assert out["verl/actor/lr"] == 1e-6 and out["verl/actor/perf/max_memory_allocated_gb"] == 10.0
 
 
@@ -383,6 +415,67 @@ def test_parquet_in_verls_schema_loads_in_verls_dataset(paper_env: dict[str, str
     assert item["raw_prompt"][0]["content"] == first.prompt[0]["content"].replace("1+1", "2+3")
 
 
+def test_generations_end_at_any_stop_token_vllm_uses(micro_zoo: Path, tmp_path: Path) -> None:
+    """vLLM also stops on the generation config's eos ids; the engine keeps that token and
+    never invents one."""
+    import shutil
+
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from hacrl.engines.verl.engine import _generation, stop_token_ids
+    from hacrl.rollout import eos_id
+
+    model = tmp_path / "m"
+    shutil.copytree(micro_zoo / "qwen3-4b-base", model)
+    tok = AutoTokenizer.from_pretrained(model)
+    eos = eos_id(tok)
+    GenerationConfig(eos_token_id=[eos, 3]).save_pretrained(model)
+    stops = stop_token_ids(str(model), tok)
+    assert stops == {eos, 3}
+    assert _generation([5, 6, 3, 7], stops) == vb_gen([5, 6, 3], True)
+    assert _generation([5, eos], stops) == vb_gen([5, eos], True)
+    assert _generation([5, 6], stops) == vb_gen([5, 6], False)  # cut by a budget: unfinished
+    (model / "generation_config.json").unlink()
+    assert stop_token_ids(str(model), tok) == {eos}
+
+
+def vb_gen(tokens: list[int], finished: bool) -> object:
+    from hacrl.engines.base import Generation
+
+    return Generation(tokens, finished)
+
+
+def test_rows_are_padded_to_whole_micro_batches_on_every_rank() -> None:
+    from omegaconf import OmegaConf
+
+    from hacrl.engines.verl.engine import row_multiple
+
+    def config(dynamic: bool, actor: int, rollout: int, ref: int) -> object:
+        return OmegaConf.create({"actor_rollout_ref": {
+            "actor": {"use_dynamic_bsz": dynamic, "ppo_micro_batch_size_per_gpu": actor},
+            "rollout": {"log_prob_micro_batch_size_per_gpu": rollout},
+            "ref": {"log_prob_micro_batch_size_per_gpu": ref}}})
+
+    assert row_multiple(config(True, 8, 8, 8), 8) == 8
+    assert row_multiple(config(False, 8, 8, 8), 8) == 64
+    assert row_multiple(config(False, 4, 6, 8), 2) == 48
+
+
+def test_training_worker_refuses_a_call_verl_would_split() -> None:
+    from types import SimpleNamespace
+
+    from verl.utils import tensordict_utils as tu
+
+    from hacrl.engines.verl.workers import worker_classes
+
+    worker = object.__new__(worker_classes()[0])  # its FSDP engine needs a GPU: only the check
+    worker.engine = SimpleNamespace(get_data_parallel_size=lambda: 2)
+    data = vb.to_tensordict(_views(4), 0)
+    tu.assign_non_tensor(data, mini_batch_size=4)  # 4 rows here x 2 ranks = 8 rows per update
+    with pytest.raises(ValueError, match="one mini-batch per update_actor call"):
+        worker.train_mini_batch(data)
+
+
 def test_hacrl_never_imports_verl() -> None:
     code = ("import sys, hacrl, hacrl.job, hacrl.cli, hacrl.engines.verl, hacrl.dryrun; "
             "from hacrl.engines.base import make_engine; "
@@ -395,6 +488,5 @@ def test_loss_callable_pickles_for_ray() -> None:
     """set_loss_fn ships the callable to every worker through Ray's (cloud)pickle."""
     import cloudpickle
 
-    fn = functools.partial(hacrl_loss, loss_config=HACPO)
-    again = cloudpickle.loads(cloudpickle.dumps(fn))
+    again = cloudpickle.loads(cloudpickle.dumps(loss_callable(HACPO)))
     assert again.keywords["loss_config"] == HACPO

@@ -84,7 +84,7 @@ def _rank_worker_class() -> type:
         def update_actor(self, data):  # noqa: ANN001, ANN202
             from verl.utils import tensordict_utils as tu
 
-            from hacrl.engines.verl.loss import hacrl_loss
+            from hacrl.engines.verl.loss import loss_callable
             from hacrl.engines.verl.workers import UpdateNumbering
 
             numbering = UpdateNumbering()
@@ -94,8 +94,8 @@ def _rank_worker_class() -> type:
             for mini in tu.make_iterator(data, mini_batch_size=per_gpu, epochs=1, seed=0):
                 indices.append(numbering.number(mini))
                 logp = mini["test_logp"]
-                loss, _ = hacrl_loss(None, {"log_probs": logp}, mini,
-                                     loss_config=LossConfig(alpha=0.6, kl_coef=0.0))
+                loss, _ = loss_callable(LossConfig(alpha=0.6, kl_coef=0.0))(
+                    model_output={"log_probs": logp}, data=mini, dp_group=None)
                 losses.append(float(loss))
             return tu.get_tensordict({"loss": torch.tensor(losses),
                                       "m": torch.tensor(indices, dtype=torch.long)})

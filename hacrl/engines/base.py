@@ -59,6 +59,7 @@ class EngineContext:
     group_size: int  # G, the method's multiplier applied
     minibatch_prompts: int  # prompts per optimizer update, the method's divisor applied
     run_dir: Path | None = None
+    updates_per_step: int = 1  # optimizer updates of this agent per training step
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ def describe(context: Any, model_path: str, write_dir: Any = None) -> dict[str, 
 
     v = verl_config(context.cfg, model_path=model_path, loss=context.loss,
                     group_size=context.group_size, minibatch_prompts=context.minibatch_prompts,
-                    n_agents=context.n_agents, run_dir=context.run_dir, agent=context.agent_name)
+                    n_agents=context.n_agents, run_dir=context.run_dir, agent=context.agent_name,
+                    updates_per_step=context.updates_per_step)
     local = Path(model_path).is_dir()
     built = validate_verl_config(v, model=local)
     record: dict[str, Any] = {

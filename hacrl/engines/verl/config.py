@@ -74,11 +74,12 @@ def placement(cfg: DictConfig, n_agents: int) -> AgentPlacement:
 
 def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_size: int,
                 minibatch_prompts: int, n_agents: int, run_dir: Path | None = None,
-                agent: str = "agent") -> DictConfig:
+                agent: str = "agent", updates_per_step: int = 1) -> DictConfig:
     """The verl trainer config of one agent of this job.
 
     group_size: G of the method (rollouts per prompt, multiplier included);
-    minibatch_prompts: prompts per optimizer update (the method's divisor applied).
+    minibatch_prompts: prompts per optimizer update (the method's divisor applied);
+    updates_per_step: optimizer updates per training step (verl's lr scheduler steps per update).
     """
     e, t, r = cfg.engine, cfg.train, cfg.rollout
     where = placement(cfg, n_agents)
@@ -104,7 +105,8 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
         "actor_rollout_ref.actor.optim.weight_decay": float(t.weight_decay),
         "actor_rollout_ref.actor.optim.betas": [float(b) for b in t.betas],
         "actor_rollout_ref.actor.optim.clip_grad": float(t.grad_clip),
-        "actor_rollout_ref.actor.optim.total_training_steps": int(t.steps),
+        # verl's lr scheduler steps once per update_actor call, i.e. per optimizer update
+        "actor_rollout_ref.actor.optim.total_training_steps": int(t.steps) * updates_per_step,
         "actor_rollout_ref.actor.grad_clip": float(t.grad_clip),
         "actor_rollout_ref.actor.ppo_mini_batch_size": int(minibatch_prompts),
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": int(micro) if micro else None,

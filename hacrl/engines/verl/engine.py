@@ -21,12 +21,12 @@ except what `batch`, `loss` and `config` test without GPUs.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
+import math
 import os
 import uuid
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from omegaconf import DictConfig
@@ -37,7 +37,7 @@ from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams
 from hacrl.engines.verl import batch as vb
 from hacrl.engines.verl.config import AgentPlacement, placement, validate_verl_config, verl_config
 from hacrl.engines.verl.data import write_parquet
-from hacrl.engines.verl.loss import DENOMINATORS, UPDATE_INDEX, hacrl_loss
+from hacrl.engines.verl.loss import DENOMINATORS, ROWS, UPDATE_INDEX, WEIGHTED, loss_callable
 from hacrl.rollout import TokenView, eos_id
 
 OUR_PREFIXES = ("loss/", "clip/", "ratio/")
@@ -57,10 +57,13 @@ class VerlCluster:
         self.placement: AgentPlacement = placement(cfg, n_agents)
         address = connect(cfg.engine.ray, int(cfg.engine.nnodes), int(cfg.engine.gpus_per_node))
         if not ray.is_initialized():
-            env = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN",
-                   "VLLM_LOGGING_LEVEL": "WARN", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true"}
-            ray.init(address=None if address == "local" else address,
-                     runtime_env={"env_vars": env}, log_to_driver=True)
+            from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+            # verl's own worker environment (e.g. VLLM_DISABLE_COMPILE_CACHE: several vLLM
+            # engines per job must not share a compile cache)
+            runtime_env = dict(get_ppo_ray_runtime_env())
+            ray.init(address=None if address == "local" else address, runtime_env=runtime_env,
+                     log_to_driver=True)
         self.pools: dict[int, Any] = {}
         self.users = 0
 
@@ -109,12 +112,14 @@ class VerlEngine(Engine):
         cfg: DictConfig = context.cfg
         self.context, self.temperature, self.chunk_rows = context, temperature, chunk_rows
         self.tokenizer: Any = AutoTokenizer.from_pretrained(model_path)
+        self.stop_ids = stop_token_ids(model_path, self.tokenizer)
         self.cluster = VerlCluster.get(cfg, context.n_agents)
         self.config = verl_config(cfg, model_path=model_path, loss=context.loss,
                                   group_size=context.group_size,
                                   minibatch_prompts=context.minibatch_prompts,
                                   n_agents=context.n_agents, run_dir=context.run_dir,
-                                  agent=context.agent_name)
+                                  agent=context.agent_name,
+                                  updates_per_step=context.updates_per_step)
         validate_verl_config(self.config)
         if not Path(str(self.config.data.train_files)).is_file():  # for verl's own tools
             write_parquet(cfg.data, str(cfg.task.train_split),
@@ -123,21 +128,19 @@ class VerlEngine(Engine):
         worker = worker_classes()[1]
         role = "actor_rollout_ref" if self.uses_reference else "actor_rollout"
         pool = self.cluster.pool(context.agent_index)
-        self.workers = RayWorkerGroup(
+        # the group's methods (init_model, update_actor, ...) are bound from the worker class
+        # at runtime, hence Any
+        self.workers: Any = cast(Any, RayWorkerGroup(
             resource_pool=pool, name_prefix=f"hacrl_{context.agent_index}_",
             ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(worker),
                                                    config=self.config.actor_rollout_ref, role=role),
-            device_name="cuda")
+            device_name="cuda"))
         self.workers.init_model()
-        self.workers.set_loss_fn(functools.partial(hacrl_loss, loss_config=context.loss))
+        self.workers.set_loss_fn(loss_callable(context.loss))
         self.world_size = int(self.workers.world_size)
         self._start_rollout(pool)
         self.version = 0  # optimizer updates so far (the weight version vLLM serves)
-        actor = self.config.actor_rollout_ref.actor
-        # rows per update call: whole micro-batches on every rank unless micro-batches are
-        # sized by tokens (dynamic)
-        self.row_multiple = self.world_size * (
-            1 if actor.use_dynamic_bsz else int(actor.ppo_micro_batch_size_per_gpu or 1))
+        self.row_multiple = row_multiple(self.config, self.world_size)
 
     def _start_rollout(self, pool: Any) -> None:
         from verl.checkpoint_engine import CheckpointEngineManager
@@ -178,14 +181,8 @@ class VerlEngine(Engine):
             outputs = asyncio.run(self._generate_all(prompt_ids, n, sampling))
         finally:
             self.weights.sleep_replicas()
-        eos = eos_id(self.tokenizer)
-        groups = []
-        for p in range(len(prompt_ids)):
-            group = []
-            for tokens in outputs[p * n:(p + 1) * n]:
-                group.append(_generation(tokens, eos, sampling.max_new_tokens))
-            groups.append(group)
-        return groups
+        return [[_generation(tokens, self.stop_ids) for tokens in outputs[p * n:(p + 1) * n]]
+                for p in range(len(prompt_ids))]
 
     async def _generate_all(self, prompt_ids: list[list[int]], n: int,
                             sampling: SamplingParams) -> list[list[int]]:
@@ -214,8 +211,7 @@ class VerlEngine(Engine):
                 "calculate_entropy": False, "compute_loss": False,
                 "temperature": self.temperature})
             call = self.workers.compute_ref_log_prob if reference else self.workers.compute_log_prob
-            result = call(data)
-            result = result.get() if hasattr(result, "get") and not hasattr(result, "keys") else result
+            result = call(data)  # blocking: the collected TensorDict
             padded = vb.response_logprobs(tu.get(result, "log_probs"), data)
             out.extend(vb.split_logprobs(padded, chunk))
         return out
@@ -236,7 +232,6 @@ class VerlEngine(Engine):
                 "distillation_use_topk": False, "distillation_only": False,
                 "temperature": self.temperature}
         result = self.workers.update_actor(vb.to_tensordict(rows, self._pad_id, fields, meta))
-        result = result.get() if hasattr(result, "get") and not hasattr(result, "keys") else result
         self.version += 1
         return actor_metrics(tu.get(result, "metrics"))
 
@@ -263,29 +258,59 @@ class VerlEngine(Engine):
         return int(pad) if pad is not None else eos_id(self.tokenizer)
 
 
-def _generation(tokens: list[int], eos: int, max_new_tokens: int) -> Generation:
-    """vLLM stops at EOS (kept in the ids unless it was stripped) or at the token budget."""
-    if eos in tokens:
-        return Generation(tokens[:tokens.index(eos) + 1], True)
-    if len(tokens) < max_new_tokens:  # stopped early: on EOS that vLLM did not return
-        return Generation([*tokens, eos], True)
-    return Generation(tokens, False)
+def stop_token_ids(model_path: str, tokenizer: Any) -> frozenset[int]:
+    """Every id vLLM stops on: the tokenizer's EOS and the generation config's eos_token_id
+    (vLLM adds those to the stop ids; e.g. Qwen3 <|im_end|> and <|endoftext|>)."""
+    from transformers import GenerationConfig
+
+    stops = {eos_id(tokenizer)}
+    try:
+        extra = GenerationConfig.from_pretrained(model_path).eos_token_id
+    except OSError:  # no generation_config.json
+        extra = None
+    if extra is not None:
+        stops.update([extra] if isinstance(extra, int) else extra)
+    return frozenset(int(i) for i in stops)
+
+
+def _generation(tokens: list[int], stops: frozenset[int]) -> Generation:
+    """A response ends at its first stop token (kept, as vLLM returns it) or is unfinished
+    (the token budget, or vLLM's clamp to the model's context, cut it)."""
+    for i, token in enumerate(tokens):
+        if token in stops:
+            return Generation(tokens[:i + 1], True)
+    return Generation(list(tokens), False)
+
+
+def row_multiple(config: Any, world_size: int) -> int:
+    """Rows every worker-group call is padded to: the data-parallel ranks times, unless
+    micro-batches are sized by tokens, a common multiple of the actor's, the rollout's and the
+    reference's micro-batch sizes (each rank must hold whole micro-batches)."""
+    a = config.actor_rollout_ref
+    if a.actor.use_dynamic_bsz:
+        return world_size
+    sizes = [a.actor.ppo_micro_batch_size_per_gpu, a.rollout.log_prob_micro_batch_size_per_gpu,
+             a.ref.log_prob_micro_batch_size_per_gpu]
+    return world_size * math.lcm(*(int(s) for s in sizes if s))
 
 
 def actor_metrics(raw: dict[str, Any]) -> dict[str, float]:
-    """verl's update metrics in the local engine's names; verl's own under `verl/actor/`."""
+    """verl's update metrics in the local engine's names; verl's own under `verl/actor/`.
+
+    Our loss metrics arrive as sums of value x rows next to the row count (row-weighted means,
+    as the local engine reports them); ratio statistics as sum / count / min / max, which the
+    loop combines over a step's updates (`hacrl.loop.combine_updates`)."""
     flat = {k: _mean(v) for k, v in raw.items()}
+    rows = flat.pop(ROWS, 0.0)
     out: dict[str, float] = {}
-    for name in ("s_homo", "s_hete"):
-        total, count = flat.pop(f"ratio/{name}_sum", 0.0), flat.pop(f"ratio/{name}_count", 0.0)
-        low, high = flat.pop(f"ratio/{name}_min", None), flat.pop(f"ratio/{name}_max", None)
-        if count > 0:
-            out[f"ratio/{name}_mean"] = total / count
-            if low is not None and high is not None:
-                out[f"ratio/{name}_min"], out[f"ratio/{name}_max"] = low, high
+    for key in WEIGHTED:
+        total = flat.pop(key, None)
+        if total is not None and rows > 0:
+            out[key] = total / rows
     for key, value in flat.items():
         if key == "grad_norm" or key.startswith(OUR_PREFIXES):
-            out[key] = value
+            if not (key.endswith(("_min", "_max")) and math.isinf(value)):
+                out[key] = value
         else:
             out[f"verl/actor/{key}"] = value
     return out

@@ -14,9 +14,12 @@ this callable (installed with the worker group's `set_loss_fn`). It computes
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from hacrl.algo import Denominators, LossConfig, LossOutput, policy_loss
@@ -24,10 +27,17 @@ from hacrl.engines.verl.batch import loss_batch, response_logprobs
 
 UPDATE_INDEX = "hacrl_update_index"
 DENOMINATORS = "hacrl_denominators"
+ROWS = "hacrl/rows"
+# the metrics `policy_loss` reports, averaged over rows
+WEIGHTED = ("loss/total", "loss/policy", "loss/kl", "loss/own", "loss/borrowed", "clip/own_frac",
+            "clip/borrowed_frac", "clip/lower_bound")
 
 
-def hacrl_loss_output(model_logp: Tensor, data: Any, loss_config: LossConfig) -> LossOutput:
-    """`policy_loss` of one micro-batch as verl hands it over (any log-prob layout)."""
+def hacrl_loss_output(model_logp: Tensor, data: Any,
+                      loss_config: LossConfig) -> tuple[LossOutput, int]:
+    """`policy_loss` of one micro-batch as verl hands it over (any log-prob layout), over its
+    real rows (filler rows add nothing to the loss and stay out of the metrics); and how many
+    real rows there were."""
     from verl.utils import tensordict_utils as tu
 
     update_index = tu.get_non_tensor_data(data, UPDATE_INDEX, None)
@@ -39,20 +49,40 @@ def hacrl_loss_output(model_logp: Tensor, data: Any, loss_config: LossConfig) ->
     logp = response_logprobs(model_logp, data)
     rows = loss_batch(data)
     width = rows.response_mask.shape[1]
-    return policy_loss(logp[:, :width].float(), rows.to(logp.device), loss_config,
-                       update_index=int(update_index), denominators=denominators)
+    logp = logp[:, :width].float()
+    keys = data.keys()
+    if "hacrl_real" in keys and not bool(data["hacrl_real"].all()):
+        real = torch.nonzero(data["hacrl_real"].bool()).flatten()
+        if real.numel() == 0:  # a micro-batch of filler rows only: no loss, graph kept
+            empty = LossOutput(loss=logp.sum() * 0.0, metrics={}, s_homo=logp.new_zeros(0),
+                               s_hete=logp.new_zeros(0))
+            return empty, 0
+        rows, logp = rows.select(real.cpu()), logp[real.to(logp.device)]
+    out = policy_loss(logp, rows.to(logp.device), loss_config, update_index=int(update_index),
+                      denominators=denominators)
+    return out, int(rows.advantages.shape[0])
 
 
-def hacrl_loss(config: Any, model_output: dict[str, Tensor], data: Any, dp_group: Any = None,
-               *, loss_config: LossConfig) -> tuple[Tensor, dict[str, Any]]:
-    """verl's loss-callable signature; bind `loss_config` with functools.partial."""
+def hacrl_loss(config: Any = None, model_output: dict[str, Tensor] | None = None,
+               data: Any = None, dp_group: Any = None, *,
+               loss_config: LossConfig) -> tuple[Tensor, dict[str, Any]]:
+    """verl's loss-callable signature (verl calls it with keywords: model_output=, data=,
+    dp_group=); bind `loss_config` with functools.partial. `config` (verl's actor config) is
+    not needed: the objective is `loss_config`.
+
+    Metrics are row-weighted like the local engine's: each is reported as a SUM of
+    value x real rows next to `hacrl/rows`, and `engine.actor_metrics` divides."""
     from verl.utils import tensordict_utils as tu
     from verl.utils.metric import AggregationType, Metric
 
-    out = hacrl_loss_output(model_output["log_probs"], data, loss_config)
+    if model_output is None or data is None:
+        raise TypeError("hacrl_loss needs model_output and data")
+    out, real_rows = hacrl_loss_output(model_output["log_probs"], data, loss_config)
     dp_size = int(tu.get_non_tensor_data(data, "dp_size", 1) or 1)
-    metrics: dict[str, Any] = {k: Metric(value=v, aggregation=AggregationType.MEAN)
-                               for k, v in out.metrics.items()}
+    metrics: dict[str, Any] = {ROWS: Metric(value=float(real_rows), aggregation=AggregationType.SUM)}
+    for key in WEIGHTED:  # every rank reports every key, with weight 0 when it had no rows
+        value = out.metrics.get(key, 0.0)
+        metrics[key] = Metric(value=float(value) * real_rows, aggregation=AggregationType.SUM)
     # Every rank reports every key (verl aggregates per key across ranks): sums and counts give
     # the mean over all rows, and +-inf marks "no such rows here" for min and max.
     for name, ratios in (("s_homo", out.s_homo), ("s_hete", out.s_hete)):
@@ -67,4 +97,10 @@ def hacrl_loss(config: Any, model_output: dict[str, Tensor], data: Any, dp_group
     return out.loss * dp_size, metrics
 
 
-__all__ = ["DENOMINATORS", "UPDATE_INDEX", "hacrl_loss", "hacrl_loss_output"]
+def loss_callable(loss_config: LossConfig) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
+    """What the engine installs with `set_loss_fn`: verl calls it as
+    fn(model_output=..., data=..., dp_group=...)."""
+    return functools.partial(hacrl_loss, config=None, loss_config=loss_config)
+
+
+__all__ = ["DENOMINATORS", "loss_callable", "ROWS", "UPDATE_INDEX", "WEIGHTED", "hacrl_loss", "hacrl_loss_output"]

@@ -357,9 +357,10 @@ def use_auth_mode(mode: str, env: MutableMapping[str, str] = os.environ) -> None
     auth on)."""
     env["RAY_AUTH_MODE"] = mode
     if env is os.environ and "ray" in sys.modules:
-        from ray._raylet import Config
+        import importlib
 
-        Config.initialize("")
+        raylet: Any = importlib.import_module("ray._raylet")
+        raylet.Config.initialize("")
 
 
 def connect(engine_ray_cfg: Mapping[str, Any], nnodes: int, gpus_per_node: int,

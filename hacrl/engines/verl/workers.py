@@ -1,9 +1,9 @@
 """verl worker classes for hacrl, built on verl's public extension points (no patched copy).
 
-- `HacrlTrainingWorker` (the actor's `TrainingWorker`): numbers the mini-batches of one
-  `update_actor` call from the update index m the driver sends, and puts each mini-batch's m
-  into its data, where the loss callable reads it. hacrl sends one mini-batch per call (one
-  optimizer update, like the local engine); a call that verl would split gets consecutive m.
+- `HacrlTrainingWorker` (the actor's `TrainingWorker`): puts the update index m the driver
+  sends into the mini-batch's data, where the loss callable reads it. A call must be exactly one
+  mini-batch (one optimizer update, like the local engine): verl would split a larger call into
+  per-rank slices that are not the loop's mini-batches, with other denominators, so it is refused.
 - `HacrlActorRolloutRefWorker`: verl's hybrid actor/rollout worker with that training worker,
   plus `offset_replica_rank`, which moves this agent's rollout replicas to global ranks
   offset + r so that two agents' vLLM servers (Ray actor names, IPC sockets) never collide.
@@ -46,13 +46,20 @@ class UpdateNumbering:
 @functools.cache
 def worker_classes() -> tuple[type, type]:
     """(HacrlTrainingWorker, HacrlActorRolloutRefWorker)."""
-    from verl.single_controller.base.decorator import Dispatch, register
+    from verl.single_controller.base.decorator import Dispatch as dispatch_modes
+    from verl.single_controller.base.decorator import register
+    from verl.utils import tensordict_utils as tu
     from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
     class HacrlTrainingWorker(TrainingWorker):  # type: ignore[misc, valid-type]
         numbering = UpdateNumbering()
 
         def train_mini_batch(self, data: Any) -> Any:
+            size = tu.get(data, key="mini_batch_size", default=None)
+            ranks = self.engine.get_data_parallel_size()
+            if size is None or int(size) != data.shape[0] * ranks:
+                raise ValueError(f"hacrl sends one mini-batch per update_actor call; got "
+                                 f"mini_batch_size={size} for {data.shape[0]} rows x {ranks} ranks")
             self.numbering = UpdateNumbering()
             self.numbering.begin(data)
             return TrainingWorker.train_mini_batch(self, data)
@@ -61,10 +68,12 @@ def worker_classes() -> tuple[type, type]:
             self.numbering.number(data)
             return TrainingWorker.train_batch(self, data)
 
+    one_to_all: Any = getattr(dispatch_modes, "ONE_TO_ALL")  # noqa: B009 (registered at runtime)
+
     class HacrlActorRolloutRefWorker(ActorRolloutRefWorker):  # type: ignore[misc, valid-type]
         actor_worker_cls = HacrlTrainingWorker
 
-        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        @register(dispatch_mode=one_to_all)
         def offset_replica_rank(self, offset: int) -> int:
             """Call after init_model, before the replicas are launched; returns the new rank."""
             rollout = getattr(self, "rollout", None)
