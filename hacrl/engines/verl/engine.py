@@ -140,6 +140,7 @@ class VerlEngine(Engine):
         self.world_size = int(self.workers.world_size)
         self._start_rollout(pool)
         self.version = 0  # optimizer updates so far (the weight version vLLM serves)
+        self.peak_gb: dict[str, float] = {}
         self.row_multiple = row_multiple(self.config, self.world_size)
 
     def _start_rollout(self, pool: Any) -> None:
@@ -233,7 +234,24 @@ class VerlEngine(Engine):
                 "temperature": self.temperature}
         result = self.workers.update_actor(vb.to_tensordict(rows, self._pad_id, fields, meta))
         self.version += 1
-        return actor_metrics(tu.get(result, "metrics"))
+        metrics = actor_metrics(tu.get(result, "metrics"))
+        for key in ("allocated", "reserved"):
+            value = metrics.get(f"verl/actor/perf/max_memory_{key}_gb")
+            if value is not None:
+                self.peak_gb[key] = max(self.peak_gb.get(key, 0.0), value)
+        return metrics
+
+    def memory_metrics(self) -> dict[str, float]:
+        """Peak GPU memory of the actor workers (torch's allocated / reserved, from verl's
+        metrics), and reserved as a fraction of one GPU (Table 8 at paper scale). vLLM's own
+        memory is not in torch's counters; the rollout sleeps while the actor trains."""
+        out = {}
+        if "allocated" in self.peak_gb:
+            out["memory/torch_max_allocated_gb"] = self.peak_gb["allocated"]
+        if "reserved" in self.peak_gb and torch.cuda.is_available():
+            total = torch.cuda.get_device_properties(0).total_memory / 2**30
+            out["memory/device_used_frac"] = self.peak_gb["reserved"] / total
+        return out
 
     # -- state --------------------------------------------------------------------------------
     def save(self, directory: Path) -> None:
