@@ -1,9 +1,10 @@
 """`hacrl train ... --dry-run`: everything a job would set up, checked, without training.
 
 It composes and validates the job like `hacrl train`, then asks the engine's module for its
-own view of each agent (`describe(context, model_path)`, optional): the verl engine builds the
-agent's verl trainer config and validates it through verl's dataclasses. The result is printed
-and, with `--dry-run-dir`, written there (one YAML per agent) for inspection.
+own view of each agent (`describe(context, model_path)`, optional: a record, and under "files"
+{record key: (relative path, text)} to write). The verl engine builds the agent's verl trainer
+config and validates it through verl's dataclasses. The result is printed and, with
+`--dry-run-dir`, written there (one YAML per agent) once every agent has passed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def dry_run(spec: JobSpec, write_dir: Path | None = None) -> list[dict[str, Any]
     """One record per agent: engine, model, and what the engine's `describe` returns."""
     engine = str(spec.cfg.engine.name)
     describe = engine_hook(engine, "describe")
-    records = []
+    records: list[dict[str, Any]] = []
+    files: dict[str, str] = {}
     for context, path in contexts(spec):
         record: dict[str, Any] = {"team": str(context.run_dir.name if context.run_dir else ""),
                                   "agent": context.agent_name, "model": path, "engine": engine,
@@ -37,9 +39,16 @@ def dry_run(spec: JobSpec, write_dir: Path | None = None) -> list[dict[str, Any]
                                   "minibatch_prompts": context.minibatch_prompts,
                                   "updates_per_step": context.updates_per_step}
         if describe is not None:
-            record.update(describe(context, path, write_dir))
+            described = describe(context, path)
+            for key, (name, text) in described.pop("files", {}).items():
+                files[name] = text
+                if write_dir is not None:
+                    record[key] = str(write_dir / name)
+            record.update(described)
         records.append(record)
-    if write_dir is not None:
-        write_dir.mkdir(parents=True, exist_ok=True)
+    if write_dir is not None:  # written only once every agent passed: nothing half-written
+        for name, text in files.items():
+            (write_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (write_dir / name).write_text(text)
         (write_dir / "dry_run.json").write_text(json.dumps(records, indent=1, default=str))
     return records

@@ -383,6 +383,15 @@ def test_dry_run_validates_each_agents_verl_config(paper_env: dict[str, str], tm
     assert v.actor_rollout_ref.model.path.endswith("Qwen/Qwen3-1.7B-Base")
     assert v.trainer.default_local_dir.endswith("team-0/verl/qwen3-1.7b-base")
 
+    # an agent verl rejects stops the dry run with one line, and nothing is written
+    bad = tmp_path / "bad"
+    result = subprocess.run([*hacrl_cmd, "train", "scale=paper", "engine=verl", "pair=size",
+                             *overrides, "+engine.overrides={actor_rollout_ref.actor.loss_agg_mode:"
+                             " bogus}", "--dry-run", "--dry-run-dir", str(bad)],
+                            env=paper_env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "verl rejects actor_rollout_ref.actor" in result.stderr
+    assert not bad.exists()
+
     # a single-agent baseline is one team per agent, each with its own config
     result = subprocess.run([*hacrl_cmd, "train", "scale=paper", "engine=verl", "pair=size",
                              "method=gspo", *overrides, "--dry-run"],

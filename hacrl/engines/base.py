@@ -43,8 +43,6 @@ class MiniBatchLoss:
         return out
 
 
-LossFn = MiniBatchLoss
-
 
 @dataclass(frozen=True)
 class EngineContext:

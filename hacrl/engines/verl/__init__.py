@@ -26,7 +26,7 @@ def _make_verl_engine(**kwargs: Any) -> Engine:
     return VerlEngine(**kwargs)
 
 
-def describe(context: Any, model_path: str, write_dir: Any = None) -> dict[str, Any]:
+def describe(context: Any, model_path: str) -> dict[str, Any]:
     """Dry run of one agent: its verl config, built and validated by verl's dataclasses.
 
     The model section (HFModelConfig, which reads the model's config and tokenizer) is
@@ -36,12 +36,9 @@ def describe(context: Any, model_path: str, write_dir: Any = None) -> dict[str, 
 
     from omegaconf import OmegaConf
 
-    from hacrl.engines.verl.config import validate_verl_config, verl_config
+    from hacrl.engines.verl.config import agent_verl_config, validate_verl_config
 
-    v = verl_config(context.cfg, model_path=model_path, loss=context.loss,
-                    group_size=context.group_size, minibatch_prompts=context.minibatch_prompts,
-                    n_agents=context.n_agents, run_dir=context.run_dir, agent=context.agent_name,
-                    updates_per_step=context.updates_per_step)
+    v = agent_verl_config(context, model_path)
     local = Path(model_path).is_dir()
     built = validate_verl_config(v, model=local)
     record: dict[str, Any] = {
@@ -51,11 +48,8 @@ def describe(context: Any, model_path: str, write_dir: Any = None) -> dict[str, 
         "rollout_n": int(v.actor_rollout_ref.rollout.n),
         "ppo_mini_batch_size": int(v.actor_rollout_ref.actor.ppo_mini_batch_size),
     }
-    if write_dir is not None:
-        path = Path(write_dir) / f"{record_name(context)}.verl.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(OmegaConf.to_yaml(v))
-        record["verl_config"] = str(path)
+    team = context.run_dir.name if context.run_dir is not None else "team"
+    record["files"] = {"verl_config": (f"{team}/{context.agent_name}.verl.yaml", OmegaConf.to_yaml(v))}
     return record
 
 
@@ -74,7 +68,3 @@ def before_job(cfg: Any) -> dict[str, Any] | None:
     return {"skipped": True, "ray_worker_of": plan.address, "ray_exit_code": code,
             "run_dir": None, "teams": []}
 
-
-def record_name(context: Any) -> str:
-    team = context.run_dir.name if context.run_dir is not None else "team"
-    return f"{team}/{context.agent_name}"

@@ -8,7 +8,7 @@ verl's own trainer does (prompts left-padded, responses right-padded) and conver
 verl's `left_right_2_no_padding`, so the workers see exactly what verl's trainer sends them.
 
 HACPO's per-row inputs travel as extra fields of the same TensorDict ([B] tensors and [B, R]
-padded token tensors), named in `FIELDS`; `loss_batch` rebuilds a `LossBatch` from them on the
+padded token tensors), named in `ROW_FIELDS` / `TOKEN_FIELDS`; `loss_batch` rebuilds a `LossBatch` from them on the
 worker. Rows added to fill a data-parallel split (`pad_rows`) carry `hacrl_real = False` and
 a zero response mask, so they add nothing to the loss.
 """
@@ -34,7 +34,6 @@ ROW_FIELDS = {
 }
 # [B, R] per-token fields, named as verl's trainer names them
 TOKEN_FIELDS = {"old_log_probs": "old_logp", "ref_log_prob": "ref_logp"}
-FIELDS = (*ROW_FIELDS, *TOKEN_FIELDS, "hacrl_real")
 
 
 def padded_batch(views: Sequence[TokenView], pad_id: int) -> dict[str, Tensor]:
@@ -162,5 +161,5 @@ def loss_batch(data: Any) -> LossBatch:
     )
 
 
-__all__ = ["FIELDS", "loss_batch", "loss_fields", "pad_rows", "padded_batch",
+__all__ = ["ROW_FIELDS", "TOKEN_FIELDS", "loss_batch", "loss_fields", "pad_rows", "padded_batch",
            "response_logprobs", "split_logprobs", "to_tensordict"]

@@ -185,6 +185,14 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
     return v
 
 
+def agent_verl_config(context: Any, model_path: str) -> DictConfig:
+    """`verl_config` of the agent an `EngineContext` describes (the engine and the dry run)."""
+    return verl_config(context.cfg, model_path=model_path, loss=context.loss,
+                       group_size=context.group_size, minibatch_prompts=context.minibatch_prompts,
+                       n_agents=context.n_agents, run_dir=context.run_dir,
+                       agent=context.agent_name, updates_per_step=context.updates_per_step)
+
+
 def validate_verl_config(v: DictConfig, *, model: bool = True) -> dict[str, Any]:
     """verl's dataclasses for the sections its workers read; raises ConfigError naming the
     section and verl's complaint. `model=False` skips HFModelConfig, which loads the model's
@@ -221,4 +229,4 @@ def _ref_as_actor(v: DictConfig) -> DictConfig:
     return ref
 
 
-__all__ = ["AgentPlacement", "placement", "validate_verl_config", "verl_config", "verl_defaults"]
+__all__ = ["AgentPlacement", "agent_verl_config", "placement", "validate_verl_config", "verl_config", "verl_defaults"]

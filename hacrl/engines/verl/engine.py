@@ -35,7 +35,12 @@ from torch import Tensor
 from hacrl.algo import Denominators, LossBatch
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams
 from hacrl.engines.verl import batch as vb
-from hacrl.engines.verl.config import AgentPlacement, placement, validate_verl_config, verl_config
+from hacrl.engines.verl.config import (
+    AgentPlacement,
+    agent_verl_config,
+    placement,
+    validate_verl_config,
+)
 from hacrl.engines.verl.data import write_parquet
 from hacrl.engines.verl.loss import DENOMINATORS, ROWS, UPDATE_INDEX, WEIGHTED, loss_callable
 from hacrl.rollout import TokenView, eos_id
@@ -114,12 +119,7 @@ class VerlEngine(Engine):
         self.tokenizer: Any = AutoTokenizer.from_pretrained(model_path)
         self.stop_ids = stop_token_ids(model_path, self.tokenizer)
         self.cluster = VerlCluster.get(cfg, context.n_agents)
-        self.config = verl_config(cfg, model_path=model_path, loss=context.loss,
-                                  group_size=context.group_size,
-                                  minibatch_prompts=context.minibatch_prompts,
-                                  n_agents=context.n_agents, run_dir=context.run_dir,
-                                  agent=context.agent_name,
-                                  updates_per_step=context.updates_per_step)
+        self.config = agent_verl_config(context, model_path)
         validate_verl_config(self.config)
         if not Path(str(self.config.data.train_files)).is_file():  # for verl's own tools
             write_parquet(cfg.data, str(cfg.task.train_split),
@@ -161,12 +161,9 @@ class VerlEngine(Engine):
             rollout_replica_class = offset_replica_class(
                 get_rollout_replica_class(str(rollout.name)), offset)
 
-        from omegaconf import OmegaConf
-
         self.servers = Servers.create(config=self.config, worker_group=self.workers,
                                       rollout_resource_pool=pool, start_rank=offset)
-        ce = omega_conf_to_dataclass(OmegaConf.select(self.config,
-                                                      "actor_rollout_ref.rollout.checkpoint_engine"))
+        ce = omega_conf_to_dataclass(rollout.checkpoint_engine)
         ce.backend = "naive"  # colocated actor and rollout: in-process weight sync
         self.weights = CheckpointEngineManager(config=ce, actor_wg=self.workers,
                                                replicas=self.servers.get_replicas())
