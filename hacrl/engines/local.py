@@ -17,6 +17,7 @@ from transformers.utils import logging as hf_logging
 
 from hacrl.algo import Denominators, LossBatch
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams, register_engine
+from hacrl.engines.sampling import hf_sample
 from hacrl.rollout import TokenView, eos_id
 from hacrl.telemetry import peak_memory_metrics
 
@@ -67,30 +68,8 @@ class LocalEngine(Engine):
         return [out[p * n:(p + 1) * n] for p in range(len(prompt_ids))]
 
     def _generate_chunk(self, rows: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, ids in enumerate(rows):  # left padding: the prompts end where generation starts
-            input_ids[b, width - len(ids):] = torch.tensor(ids)
-            attention[b, width - len(ids):] = 1
-        eos = eos_id(self.tokenizer)
-        kwargs: dict = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=eos,
-                            pad_token_id=self.pad_id)
-        if sampling.greedy:
-            kwargs.update(do_sample=False)
-        else:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=0)
-        sequences = self.model.generate(input_ids=input_ids.to(self.device),
-                                        attention_mask=attention.to(self.device), **kwargs)
-        new = sequences[:, width:].tolist()
-        gens = []
-        for tokens in new:
-            if eos in tokens:
-                gens.append(Generation(tokens[:tokens.index(eos) + 1], True))
-            else:
-                gens.append(Generation(tokens, False))
-        return gens
+        return hf_sample(self.model, rows, sampling, pad_id=self.pad_id,
+                         eos=eos_id(self.tokenizer), device=self.device)
 
     # -- log-probs ----------------------------------------------------------------------------
     def _response_logprobs(self, model: torch.nn.Module, views: list[TokenView],

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo import LossConfig
 from hacrl.config import ConfigError
-from hacrl.engines.verl.data import parquet_path
+from hacrl.engines.verl.data import parquet_path, source_name
 
 # sections of the verl config the workers turn into dataclasses
 VALIDATED = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref",
@@ -55,17 +55,41 @@ class AgentPlacement:
         return self.nnodes * self.gpus_per_node
 
 
+ROLLOUTS = ("vllm", "hf")
+DEVICES = ("cuda", "cpu")
+
+
+def on_cpu(cfg: DictConfig) -> bool:
+    device = str(cfg.engine.device)
+    if device not in DEVICES:
+        raise ConfigError(f"engine.device={device}: engine=verl runs on cuda (GPUs) or cpu")
+    return device == "cpu"
+
+
+def rollout_name(cfg: DictConfig) -> str:
+    """engine.rollout.name: vllm | hf; auto is vllm on GPUs and hf on CPU (vLLM's CPU build
+    is an optional install: see docs/ARCHITECTURE.md, "verl on CPU")."""
+    name = str(cfg.engine.rollout.name)
+    if name == "auto":
+        return "hf" if on_cpu(cfg) else "vllm"
+    if name not in ROLLOUTS:
+        raise ConfigError(f"engine.rollout.name={name}: use auto, vllm or hf")
+    return name
+
+
 def placement(cfg: DictConfig, n_agents: int) -> AgentPlacement:
-    """colocate: every agent on all GPUs; split: the node's GPUs divided among the agents."""
+    """colocate: every agent on all GPUs; split: the node's GPUs divided among the agents.
+    On CPU the "GPUs" of a node are `engine.cpu_workers` worker processes."""
     e = cfg.engine
-    nnodes, gpus = int(e.nnodes), int(e.gpus_per_node)
+    key = "cpu_workers" if on_cpu(cfg) else "gpus_per_node"
+    nnodes, gpus = int(e.nnodes), int(e[key])
     if nnodes < 1 or gpus < 1:
-        raise ConfigError(f"engine.nnodes={nnodes}, engine.gpus_per_node={gpus}: need >= 1 each")
+        raise ConfigError(f"engine.nnodes={nnodes}, engine.{key}={gpus}: need >= 1 each")
     if e.placement == "colocate":
         return AgentPlacement(nnodes, gpus)
     if e.placement == "split":
         if gpus % n_agents:
-            raise ConfigError(f"engine.placement=split: engine.gpus_per_node={gpus} does not "
+            raise ConfigError(f"engine.placement=split: engine.{key}={gpus} does not "
                               f"divide among {n_agents} agents; use a multiple of {n_agents} "
                               "or placement=colocate")
         return AgentPlacement(nnodes, gpus // n_agents)
@@ -133,7 +157,7 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu":
             int(e.rollout.log_prob_max_token_len_per_gpu),
         # rollout: vLLM replicas in the actor's processes, asleep between rollouts
-        "actor_rollout_ref.rollout.name": str(e.rollout.name),
+        "actor_rollout_ref.rollout.name": rollout_name(cfg),
         "actor_rollout_ref.rollout.mode": "async",
         "actor_rollout_ref.rollout.n": int(group_size),
         "actor_rollout_ref.rollout.temperature": float(r.temperature),
@@ -162,8 +186,8 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
         "data.max_prompt_length": prompt_tokens,
         "data.max_response_length": int(r.max_new_tokens),
         "data.train_batch_size": int(t.prompts_per_step),
-        "data.train_files": str(parquet_path(cfg.data, str(cfg.task.train_split))),
-        "data.val_files": str(parquet_path(cfg.data, str(cfg.validation.benchmark))),
+        "data.train_files": str(parquet_path(cfg.data, source_name(cfg.data, str(cfg.task.train_split)))),
+        "data.val_files": str(parquet_path(cfg.data, source_name(cfg.data, str(cfg.validation.benchmark)))),
         # trainer: resources, checkpoints, logging
         "trainer.nnodes": where.nnodes,
         "trainer.n_gpus_per_node": where.gpus_per_node,
@@ -177,12 +201,51 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
     }
     for key, value in values.items():
         OmegaConf.update(v, key, value, merge=False, force_add=False)
+    for key, value in cpu_layer(cfg).items():  # engine.device=cpu only; empty on GPUs
+        OmegaConf.update(v, key, value, merge=False, force_add=True)
     for key, value in (e.get("overrides") or {}).items():
         if OmegaConf.select(v, str(key), default="__missing__") == "__missing__":
             raise ConfigError(f"engine.overrides.{key}: not a key of verl's trainer config "
                               "(verl/trainer/config/_generated_ppo_trainer.yaml)")
         OmegaConf.update(v, str(key), value, merge=True)
     return v
+
+
+FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+
+
+def cpu_layer(cfg: DictConfig) -> dict[str, Any]:
+    """What `engine.device=cpu` changes in verl's config; nothing when the device is a GPU.
+
+    The workers, loss, batch layout and checkpoints stay the GPU path's; only the device layer
+    differs (docs/ARCHITECTURE.md, "verl on CPU"):
+    - FSDP2: FSDP1 fails on CPU (verl/utils/fsdp_utils.py:229, "Invalid device string 'cpu:cpu'");
+    - no torch.compile (no inductor toolchain is assumed; small models gain nothing), SDPA
+      attention (verl's default is flash_attention_2, workers/config/model.py:185);
+    - mixed precision as engine.dtype: verl's FSDP engine ignores `fsdp_config.dtype` and
+      defaults to bf16 parameters (workers/engine/fsdp/transformer_impl.py:391-395); the key
+      `mixed_precision` is absent from verl's yaml, so it is added here. float32 is what makes
+      the cross-engine agreement exact;
+    - no parameter/optimizer offload (there is no device memory to free).
+    """
+    e = cfg.engine
+    if str(e.device) != "cpu":
+        return {}
+    if str(e.actor.strategy) != "fsdp2":
+        raise ConfigError(f"engine.actor.strategy={e.actor.strategy} with engine.device=cpu: "
+                          "only fsdp2 runs on CPU (verl's FSDP1 path needs an accelerator)")
+    precision = dict(FP32) if str(e.dtype) == "float32" else {
+        "param_dtype": {"bfloat16": "bf16", "float16": "fp16"}.get(str(e.dtype), str(e.dtype)),
+        "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+    out: dict[str, Any] = {"trainer.device": "cpu",
+                           "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa"}}
+    for role in ("actor", "ref"):
+        out[f"actor_rollout_ref.{role}.use_torch_compile"] = False
+        out[f"actor_rollout_ref.{role}.fsdp_config.use_torch_compile"] = False
+        out[f"actor_rollout_ref.{role}.fsdp_config.mixed_precision"] = precision
+        out[f"actor_rollout_ref.{role}.fsdp_config.param_offload"] = False
+    out["actor_rollout_ref.actor.fsdp_config.optimizer_offload"] = False
+    return out
 
 
 def agent_verl_config(context: Any, model_path: str) -> DictConfig:
@@ -229,4 +292,4 @@ def _ref_as_actor(v: DictConfig) -> DictConfig:
     return ref
 
 
-__all__ = ["AgentPlacement", "agent_verl_config", "placement", "validate_verl_config", "verl_config", "verl_defaults"]
+__all__ = ["AgentPlacement", "agent_verl_config", "cpu_layer", "on_cpu", "placement", "rollout_name", "validate_verl_config", "verl_config", "verl_defaults"]

@@ -33,6 +33,23 @@ def verl_rows(rows: list[dict[str, Any]], name: str, split: str,
     } for i, row in enumerate(rows)]
 
 
+def source_name(data_cfg: DictConfig, split: str) -> str:
+    """The data source a task split reads: the split itself (task=math: `math_train`) or the
+    synthetic source drawn from that split of the embedded task (task=arith: `train` ->
+    `tiny_train`)."""
+    from hacrl.config import ConfigError
+    from hacrl.data.sources import load_sources
+
+    sources = load_sources(data_cfg)
+    if split in sources:
+        return split
+    drawn = [s.name for s in sources.values() if s.kind == "synthetic" and s.split == split]
+    if len(drawn) != 1:
+        raise ConfigError(f"split {split}: no data source (data.sources) holds it"
+                          + (f"; several do: {', '.join(drawn)}" if drawn else ""))
+    return drawn[0]
+
+
 def parquet_path(data_cfg: DictConfig, name: str) -> Path:
     return Path(str(data_cfg.root)) / "verl" / f"{name}.parquet"
 
@@ -56,4 +73,4 @@ def write_parquet(data_cfg: DictConfig, name: str, split: str = "train",
     return path
 
 
-__all__ = ["parquet_path", "verl_rows", "write_parquet"]
+__all__ = ["parquet_path", "source_name", "verl_rows", "write_parquet"]

@@ -21,6 +21,7 @@ except what `batch`, `loss` and `config` test without GPUs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -38,10 +39,12 @@ from hacrl.engines.verl import batch as vb
 from hacrl.engines.verl.config import (
     AgentPlacement,
     agent_verl_config,
+    on_cpu,
     placement,
+    rollout_name,
     validate_verl_config,
 )
-from hacrl.engines.verl.data import write_parquet
+from hacrl.engines.verl.data import source_name, write_parquet
 from hacrl.engines.verl.loss import DENOMINATORS, ROWS, UPDATE_INDEX, WEIGHTED, loss_callable
 from hacrl.rollout import TokenView, eos_id
 
@@ -59,6 +62,11 @@ class VerlCluster:
         from hacrl.engines.verl.ray_cluster import connect
 
         self.cfg, self.n_agents = cfg, n_agents
+        self.on_cpu = on_cpu(cfg)
+        # what every worker needs before `import verl` (the CPU platform, the hf rollout)
+        self.worker_env = verl_environment(cfg)
+        os.environ.update(self.worker_env)
+        activate_plugins(cfg)
         self.placement: AgentPlacement = placement(cfg, n_agents)
         address = connect(cfg.engine.ray, int(cfg.engine.nnodes), int(cfg.engine.gpus_per_node))
         if not ray.is_initialized():
@@ -67,10 +75,27 @@ class VerlCluster:
             # verl's own worker environment (e.g. VLLM_DISABLE_COMPILE_CACHE: several vLLM
             # engines per job must not share a compile cache)
             runtime_env = dict(get_ppo_ray_runtime_env())
+            runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **self.worker_env}
+            extra: dict[str, Any] = {}
+            if self.on_cpu and address == "local":
+                # Ray's CPU resources are logical: every pool bundle reserves
+                # max_colocate_count of them per worker, whatever the cores
+                extra = {"num_cpus": max(os.cpu_count() or 1, self.cpus_needed()), "num_gpus": 0,
+                         "include_dashboard": False}
             ray.init(address=None if address == "local" else address, runtime_env=runtime_env,
-                     log_to_driver=True)
+                     log_to_driver=True, **extra)
         self.pools: dict[int, Any] = {}
         self.users = 0
+
+    def cpus_needed(self) -> int:
+        pools = 1 if self.cfg.engine.placement == "colocate" else self.n_agents
+        return pools * self.placement.world_size * self.colocate_count
+
+    @property
+    def colocate_count(self) -> int:
+        # processes per GPU: every colocated agent's worker plus room for verl's helpers
+        # (its trainer keeps 3 for actor/rollout, ref/critic, reward)
+        return max(3, self.n_agents + 1)
 
     @classmethod
     def get(cls, cfg: DictConfig, n_agents: int) -> VerlCluster:
@@ -87,11 +112,8 @@ class VerlCluster:
         if key not in self.pools:
             where = self.placement
             self.pools[key] = RayResourcePool(
-                process_on_nodes=[where.gpus_per_node] * where.nnodes, use_gpu=True,
-                # processes per GPU: every colocated agent's worker plus room for verl's helpers
-                # (its trainer keeps 3 for actor/rollout, ref/critic, reward)
-                max_colocate_count=max(3, self.n_agents + 1),
-                name_prefix=f"hacrl_pool{key}_")
+                process_on_nodes=[where.gpus_per_node] * where.nnodes, use_gpu=not self.on_cpu,
+                max_colocate_count=self.colocate_count, name_prefix=f"hacrl_pool{key}_")
         return self.pools[key]
 
     def release(self) -> None:
@@ -122,23 +144,28 @@ class VerlEngine(Engine):
         self.config = agent_verl_config(context, model_path)
         validate_verl_config(self.config)
         if not Path(str(self.config.data.train_files)).is_file():  # for verl's own tools
-            write_parquet(cfg.data, str(cfg.task.train_split),
+            write_parquet(cfg.data, source_name(cfg.data, str(cfg.task.train_split)),
                           out=Path(str(self.config.data.train_files)))
         self.uses_reference = bool(self.config.actor_rollout_ref.actor.use_kl_loss)
+        self.rollout = str(self.config.actor_rollout_ref.rollout.name)
         worker = worker_classes()[1]
         role = "actor_rollout_ref" if self.uses_reference else "actor_rollout"
         pool = self.cluster.pool(context.agent_index)
+        workers_cls = RayClassWithInitArgs(cls=ray.remote(worker),
+                                           config=self.config.actor_rollout_ref, role=role)
+        # per actor too: a Ray cluster started elsewhere (tests, engine.ray.address) has its
+        # own job environment
+        workers_cls.update_options({"runtime_env": {"env_vars": self.cluster.worker_env}})
         # the group's methods (init_model, update_actor, ...) are bound from the worker class
         # at runtime, hence Any
         self.workers: Any = cast(Any, RayWorkerGroup(
             resource_pool=pool, name_prefix=f"hacrl_{context.agent_index}_",
-            ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(worker),
-                                                   config=self.config.actor_rollout_ref, role=role),
-            device_name="cuda"))
+            ray_cls_with_init=workers_cls, device_name="cpu" if self.cluster.on_cpu else "cuda"))
         self.workers.init_model()
         self.workers.set_loss_fn(loss_callable(context.loss))
         self.world_size = int(self.workers.world_size)
-        self._start_rollout(pool)
+        if self.rollout != "hf":
+            self._start_rollout(pool)
         self.version = 0  # optimizer updates so far (the weight version vLLM serves)
         self.peak_gb: dict[str, float] = {}
         self.row_multiple = row_multiple(self.config, self.world_size)
@@ -172,6 +199,8 @@ class VerlEngine(Engine):
     # -- sampling ---------------------------------------------------------------------------
     def generate(self, prompt_ids: list[list[int]], n: int,
                  sampling: SamplingParams) -> list[list[Generation]]:
+        if self.rollout == "hf":
+            return self._generate_hf(prompt_ids, n, sampling)
         # every rollout starts from the actor's current weights: the sleeping vLLM dropped its
         # copy (free_cache_engine), and the sync wakes it up
         self.weights.update_weights(global_steps=self.version)
@@ -180,6 +209,25 @@ class VerlEngine(Engine):
         finally:
             self.weights.sleep_replicas()
         return [[_generation(tokens, self.stop_ids) for tokens in outputs[p * n:(p + 1) * n]]
+                for p in range(len(prompt_ids))]
+
+    def _generate_hf(self, prompt_ids: list[list[int]], n: int,
+                     sampling: SamplingParams) -> list[list[Generation]]:
+        """rollout=hf: verl's own weight sync (naive: the actor's full tensors into each
+        worker's HF copy), then every rank samples its share of the rows (row i on rank
+        i mod world). The seed is a function of the job seed, the agent and the weight
+        version, so a resumed job draws the same rollouts."""
+        import ray
+
+        ray.get(self.workers.update_weights(global_steps=self.version, mode="naive"))
+        seed = (int(self.context.cfg.seed) * 1_000_003 + self.context.agent_index * 7919
+                + self.version) % 2**31
+        shares = self.workers.hf_generate(
+            prompt_ids, n, dataclasses.asdict(sampling), seed, self._pad_id,
+            eos_id(self.tokenizer))
+        world = len(shares)
+        rows = [shares[i % world][i // world] for i in range(len(prompt_ids) * n)]
+        return [[_generation(tokens, self.stop_ids) for tokens, _ in rows[p * n:(p + 1) * n]]
                 for p in range(len(prompt_ids))]
 
     async def _generate_all(self, prompt_ids: list[list[int]], n: int,
@@ -241,8 +289,13 @@ class VerlEngine(Engine):
     def memory_metrics(self) -> dict[str, float]:
         """Peak GPU memory of the actor workers (torch's allocated / reserved, from verl's
         metrics), and reserved as a fraction of one GPU (Table 8 at paper scale). vLLM's own
-        memory is not in torch's counters; the rollout sleeps while the actor trains."""
+        memory is not in torch's counters; the rollout sleeps while the actor trains.
+        On CPU: the workers' peak resident memory (what the CPU platform reports to verl)."""
         out = {}
+        if self.cluster.on_cpu:
+            if "allocated" in self.peak_gb:
+                out["memory/peak_rss_gb"] = self.peak_gb["allocated"]
+            return out
         if "allocated" in self.peak_gb:
             out["memory/torch_max_allocated_gb"] = self.peak_gb["allocated"]
         if "reserved" in self.peak_gb and torch.cuda.is_available():
@@ -271,6 +324,32 @@ class VerlEngine(Engine):
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return int(pad) if pad is not None else eos_id(self.tokenizer)
+
+
+def verl_environment(cfg: DictConfig) -> dict[str, str]:
+    """Environment variables the driver and every worker need before `import verl`: on CPU
+    the cpu platform (`cpu_platform.environment`), and the hf rollout's registration."""
+    from hacrl.engines.verl import cpu_platform
+
+    plugins = ("hacrl.engines.verl.hf_rollout",) if rollout_name(cfg) == "hf" else ()
+    if on_cpu(cfg):
+        return cpu_platform.environment(plugins)
+    return {"VERL_USE_EXTERNAL_MODULES": ",".join(plugins)} if plugins else {}
+
+
+def activate_plugins(cfg: DictConfig) -> None:
+    """In the driver: import the modules `verl_environment` names (verl may already be
+    imported, e.g. by the config check) and make the CPU platform verl's current one."""
+    import importlib
+
+    for module in filter(None, verl_environment(cfg).get("VERL_USE_EXTERNAL_MODULES", "").split(",")):
+        importlib.import_module(module)
+    if on_cpu(cfg):
+        from verl.plugin.platform import platform_manager as pm
+
+        current = pm._current_platform
+        if current is None or current.device_name != "cpu":
+            pm.set_platform(pm.PlatformRegistry._platforms["cpu"]())
 
 
 def stop_token_ids(model_path: str, tokenizer: Any) -> frozenset[int]:

@@ -74,6 +74,34 @@ def worker_classes() -> tuple[type, type]:
         actor_worker_cls = HacrlTrainingWorker
 
         @register(dispatch_mode=one_to_all)
+        def init_model(self) -> None:
+            from verl.utils.device import get_device_name
+
+            if get_device_name() == "cpu":  # a plain gloo group (see cpu_platform)
+                from hacrl.engines.verl.cpu_platform import init_process_group
+
+                init_process_group()
+            return ActorRolloutRefWorker.init_model(self)
+
+        @register(dispatch_mode=one_to_all)
+        def hf_generate(self, prompt_ids: list[list[int]], n: int, sampling: dict[str, Any],
+                        seed: int, pad_id: int, eos: int) -> list[tuple[list[int], bool]]:
+            """`rollout.name=hf`: this rank's share (rows rank, rank + world, ...) of n
+            responses per prompt, sampled from the weights of the last `update_weights`.
+            The seed (the driver's, per agent and weight version) makes rollouts reproducible
+            and resumable; each rank offsets it by its rank."""
+            import torch
+
+            from hacrl.engines.base import SamplingParams
+
+            rows = [ids for ids in prompt_ids for _ in range(n)][self.rank::self.world_size]
+            if not rows:
+                return []
+            torch.manual_seed(seed * 1009 + self.rank)
+            gens = self.rollout.generate(rows, SamplingParams(**sampling), pad_id=pad_id, eos=eos)
+            return [(g.token_ids, g.finished) for g in gens]
+
+        @register(dispatch_mode=one_to_all)
         def offset_replica_rank(self, offset: int) -> int:
             """Call after init_model, before the replicas are launched; returns the new rank."""
             rollout = getattr(self, "rollout", None)

@@ -1,0 +1,49 @@
+"""Sampling from a Hugging Face causal LM: token ids in, token ids out.
+
+One function for every place that samples with HF `generate`: the local engine, and the verl
+engine's `hf` rollout inside its workers (`hacrl.engines.verl.hf_rollout`), so both engines
+turn the same prompts, weights and random state into the same responses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hacrl.engines.base import Generation, SamplingParams
+
+
+@torch.no_grad()
+def hf_sample(model: Any, rows: list[list[int]], sampling: SamplingParams, *, pad_id: int,
+              eos: int, device: torch.device | str = "cpu") -> list[Generation]:
+    """One response per row of prompt ids (batched `generate`, left padding, KV cache).
+
+    A response ends with its EOS (kept, `finished`) or at `max_new_tokens` (unfinished).
+    Sampling draws from torch's global RNG on `device`: seed it for reproducible responses.
+    """
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, ids in enumerate(rows):  # left padding: the prompts end where generation starts
+        input_ids[b, width - len(ids):] = torch.tensor(ids)
+        attention[b, width - len(ids):] = 1
+    kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=eos,
+                                  pad_token_id=pad_id)
+    if sampling.greedy:
+        kwargs.update(do_sample=False)
+    else:
+        kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                      top_k=0)
+    sequences = model.generate(input_ids=input_ids.to(device),
+                               attention_mask=attention.to(device), **kwargs)
+    gens = []
+    for tokens in sequences[:, width:].tolist():
+        if eos in tokens:
+            gens.append(Generation(tokens[:tokens.index(eos) + 1], True))
+        else:
+            gens.append(Generation(tokens, False))
+    return gens
+
+
+__all__ = ["hf_sample"]
