@@ -25,6 +25,7 @@ from hacrl.engines.verl.loss import (  # noqa: E402
     DENOMINATORS,
     ROWS,
     UPDATE_INDEX,
+    SUMMED,
     WEIGHTED,
     loss_callable,
 )
@@ -72,6 +73,11 @@ def verl_call(config: LossConfig, model_logp: torch.Tensor, data: object) -> tup
     return loss_callable(config)(model_output={"log_probs": model_logp}, data=data, dp_group=None)
 
 
+def reported(metrics: dict, key: str) -> float:
+    """A loss metric as the engine reads it back: shares summed, row means row-weighted."""
+    return float(metrics[key].aggregate()) if key in SUMMED else per_row(metrics, key)
+
+
 def per_row(metrics: dict, key: str) -> float:
     """A row-weighted metric as the engine reads it back (sum of value x rows / rows)."""
     return float(metrics[key].aggregate() / metrics[ROWS].aggregate())
@@ -104,9 +110,9 @@ def test_loss_callable_is_policy_loss_in_every_layout(layout: str, kl: bool) -> 
                   "flat": torch.cat(full), "padded": logp}[layout]
     loss, metrics = verl_call(config, model_logp, data)
     assert abs(float(loss) - float(expected.loss)) < 1e-6
-    assert set(expected.metrics) == set(WEIGHTED)  # every metric of policy_loss is reported
+    assert set(expected.metrics) == {*WEIGHTED, *SUMMED}  # every metric of policy_loss is reported
     for key, value in expected.metrics.items():
-        assert abs(per_row(metrics, key) - value) < 1e-6, key
+        assert abs(reported(metrics, key) - value) < 1e-6, key
     assert metrics["ratio/s_hete_count"].aggregate() == int(batch.cross.sum())
     assert per_row(metrics, "clip/lower_bound") == pytest.approx(1 - 0.2 + 3 * 0.025)
 
@@ -239,7 +245,7 @@ def test_batch_round_trip_and_filler_rows() -> None:
     assert abs(float(loss) - float(alone.loss)) < 1e-6
     assert metrics[ROWS].aggregate() == 5
     for key, value in alone.metrics.items():
-        assert abs(per_row(metrics, key) - value) < 1e-6, key
+        assert abs(reported(metrics, key) - value) < 1e-6, key
     # a micro-batch of filler rows only: zero loss with a graph, weight 0
     only_filler = vb.to_tensordict(rows[5:], 0, {k: v[5:] for k, v in fields.items()}, meta)
     empty_logp = torch.zeros(3, width, requires_grad=True)
@@ -258,13 +264,16 @@ def test_batch_without_loss_fields_is_refused() -> None:
 def test_actor_metrics_keep_our_names_and_prefix_verls() -> None:
     from hacrl.engines.verl.engine import actor_metrics
 
-    out = actor_metrics({"loss/policy": [3.0], ROWS: [5.0], "grad_norm": [2.0], "lr": [1e-6],
+    out = actor_metrics({"loss/policy": [0.5], "loss/own": [3.0], ROWS: [5.0], "grad_norm": [2.0],
+                         "lr": [1e-6],
                          "ratio/s_hete_sum": [3.0, 1.0], "ratio/s_hete_count": [4.0, 2.0],
                          "ratio/s_hete_min": [0.9], "ratio/s_hete_max": [1.2],
                          "ratio/s_homo_sum": [0.0], "ratio/s_homo_count": [0.0],
                          "ratio/s_homo_min": [float("inf")], "ratio/s_homo_max": [-float("inf")],
                          "perf/max_memory_allocated_gb": [10.0]})
-    assert out["loss/policy"] == pytest.approx(0.6) and out["grad_norm"] == 2.0
+    # shares are the mini-batch's value; row means are divided by the rows
+    assert out["loss/policy"] == 0.5 and out["loss/own"] == pytest.approx(0.6)
+    assert out["grad_norm"] == 2.0
     # ratio statistics stay sums / counts / extremes for the loop to combine over updates
     assert out["ratio/s_hete_sum"] == 2.0 and out["ratio/s_hete_count"] == 3.0
     assert out["ratio/s_hete_min"] == 0.9 and "ratio/s_homo_min" not in out

@@ -13,6 +13,7 @@ from hacrl.algo.loss import (
     LossBatch,
     LossConfig,
     LossOutput,
+    SHARES,
     aggregate,
     policy_loss,
 )
@@ -33,7 +34,7 @@ from hacrl.algo.ratios import (
 
 __all__ = [
     "METHODS", "CapabilityWindow", "Denominators", "LossBatch", "LossConfig", "LossOutput", "MethodSpec",
-    "aggregate", "borrowed_sample_loss", "broadcast_to_targets", "capability_aware_advantages",
+    "SHARES", "aggregate", "borrowed_sample_loss", "broadcast_to_targets", "capability_aware_advantages",
     "capability_aware_baseline", "clipped_surrogate_loss", "exponential_is_weight",
     "get_method", "group_relative_advantages", "low_variance_kl", "masked_mean",
     "mean_sequence_logprob", "omega_matrix", "policy_loss", "pooled_advantages",

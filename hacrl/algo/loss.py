@@ -92,6 +92,11 @@ class LossConfig:
     kl_coef: float = 0.0
 
 
+# metrics of `policy_loss` that are shares of the mini-batch value when computed with
+# `denominators` (add them over micro-batches); the others are row means (weight by rows)
+SHARES = ("loss/total", "loss/policy", "loss/kl")
+
+
 @dataclass
 class LossOutput:
     loss: Tensor
@@ -185,10 +190,9 @@ def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: i
         loss = loss + cfg.kl_coef * kl_value
 
     with torch.no_grad():
-        if d is not None:  # report this micro-batch's own means, not its share of the sum
-            pg_loss = aggregate(token_loss, mask, cfg.loss_agg)
-            if cfg.kl_coef > 0 and batch.ref_logp is not None and bool(batch.own.any()):
-                kl_value = aggregate(low_variance_kl(logp, batch.ref_logp), kl_mask, "token-mean")
+        # With `denominators` the loss metrics (SHARES) are this micro-batch's share of the
+        # mini-batch's values, like the loss itself: engines add them up over micro-batches and
+        # ranks, exactly (a mean of micro-batch token-means would not be the mini-batch's).
         s_own, s_cross = s[batch.own].detach(), s[cross].detach()
         metrics = {
             "loss/total": float(pg_loss + cfg.kl_coef * kl_value),

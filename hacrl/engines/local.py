@@ -15,7 +15,7 @@ from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from hacrl.algo import Denominators, LossBatch
+from hacrl.algo import SHARES, Denominators, LossBatch
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams, register_engine
 from hacrl.engines.sampling import hf_sample
 from hacrl.rollout import TokenView, eos_id
@@ -125,8 +125,9 @@ class LocalEngine(Engine):
                                            micro.response_mask.shape[1])
             out = loss_fn(logp, micro, denominators=shares)
             out.loss.backward()
-            for key, value in out.metrics.items():  # metrics: row-weighted mean of micro means
-                totals[key] = totals.get(key, 0.0) + value * len(index) / rows
+            for key, value in out.metrics.items():  # shares add up; row means are row-weighted
+                part = value if key in SHARES else value * len(index) / rows
+                totals[key] = totals.get(key, 0.0) + part
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()

@@ -45,7 +45,14 @@ from hacrl.engines.verl.config import (
     validate_verl_config,
 )
 from hacrl.engines.verl.data import source_name, write_parquet
-from hacrl.engines.verl.loss import DENOMINATORS, ROWS, UPDATE_INDEX, WEIGHTED, loss_callable
+from hacrl.engines.verl.loss import (
+    DENOMINATORS,
+    ROWS,
+    SUMMED,
+    UPDATE_INDEX,
+    WEIGHTED,
+    loss_callable,
+)
 from hacrl.rollout import TokenView, eos_id
 
 OUR_PREFIXES = ("loss/", "clip/", "ratio/")
@@ -309,6 +316,7 @@ class VerlEngine(Engine):
         self.workers.save_checkpoint(local_path=str((directory / "verl").resolve()),
                                      global_step=self.version, max_ckpt_to_keep=None)
         (directory / "engine.json").write_text(json.dumps({"version": self.version}))
+        true_dtype(directory / "verl" / "huggingface")
         link = directory / "model"  # the Hugging Face copy evaluation reads
         if not link.exists():
             os.symlink(Path("verl") / "huggingface", link)
@@ -352,6 +360,29 @@ def activate_plugins(cfg: DictConfig) -> None:
             pm.set_platform(pm.PlatformRegistry._platforms["cpu"]())
 
 
+SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
+def true_dtype(hf_dir: Path) -> None:
+    """verl writes `dtype: bfloat16` into its Hugging Face copy's config whatever the tensors
+    are (verl/utils/checkpoint/fsdp_checkpoint_manager.py:445-446 builds the model to save in
+    bf16, then saves the full fp32 state dict): a reader loading with the config's dtype would
+    round an fp32 run's weights to bf16. Make the config say what the tensors are."""
+    import struct
+
+    weights, config = hf_dir / "model.safetensors", hf_dir / "config.json"
+    if not weights.is_file() or not config.is_file():
+        return  # sharded or absent: leave verl's copy as it is
+    with weights.open("rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in SAFETENSORS_DTYPES:
+        return
+    settings = json.loads(config.read_text())
+    settings["dtype"] = SAFETENSORS_DTYPES[dtypes.pop()]
+    config.write_text(json.dumps(settings, indent=2) + "\n")
+
+
 def stop_token_ids(model_path: str, tokenizer: Any) -> frozenset[int]:
     """Every id vLLM stops on: the tokenizer's EOS and the generation config's eos_token_id
     (vLLM adds those to the stop ids; e.g. Qwen3 <|im_end|> and <|endoftext|>)."""
@@ -391,12 +422,17 @@ def row_multiple(config: Any, world_size: int) -> int:
 def actor_metrics(raw: dict[str, Any]) -> dict[str, float]:
     """verl's update metrics in the local engine's names; verl's own under `verl/actor/`.
 
-    Our loss metrics arrive as sums of value x rows next to the row count (row-weighted means,
-    as the local engine reports them); ratio statistics as sum / count / min / max, which the
+    Our loss values arrive as sums of micro-batch shares (the mini-batch's values), the other
+    loss metrics as sums of value x rows next to the row count (row-weighted means, as the
+    local engine reports them); ratio statistics as sum / count / min / max, which the
     loop combines over a step's updates (`hacrl.loop.combine_updates`)."""
     flat = {k: _mean(v) for k, v in raw.items()}
     rows = flat.pop(ROWS, 0.0)
     out: dict[str, float] = {}
+    for key in SUMMED:
+        total = flat.pop(key, None)
+        if total is not None:
+            out[key] = total
     for key in WEIGHTED:
         total = flat.pop(key, None)
         if total is not None and rows > 0:

@@ -22,15 +22,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hacrl.algo import Denominators, LossConfig, LossOutput, policy_loss
+from hacrl.algo import SHARES, Denominators, LossConfig, LossOutput, policy_loss
 from hacrl.engines.verl.batch import loss_batch, response_logprobs
 
 UPDATE_INDEX = "hacrl_update_index"
 DENOMINATORS = "hacrl_denominators"
 ROWS = "hacrl/rows"
-# the metrics `policy_loss` reports, averaged over rows
-WEIGHTED = ("loss/total", "loss/policy", "loss/kl", "loss/own", "loss/borrowed", "clip/own_frac",
-            "clip/borrowed_frac", "clip/lower_bound")
+# the metrics `policy_loss` reports: shares of the mini-batch value (summed over micro-batches
+# and ranks), and row means (row-weighted)
+SUMMED = SHARES
+WEIGHTED = ("loss/own", "loss/borrowed", "clip/own_frac", "clip/borrowed_frac", "clip/lower_bound")
 
 
 def hacrl_loss_output(model_logp: Tensor, data: Any,
@@ -70,8 +71,9 @@ def hacrl_loss(config: Any = None, model_output: dict[str, Tensor] | None = None
     dp_group=); bind `loss_config` with functools.partial. `config` (verl's actor config) is
     not needed: the objective is `loss_config`.
 
-    Metrics are row-weighted like the local engine's: each is reported as a SUM of
-    value x real rows next to `hacrl/rows`, and `engine.actor_metrics` divides."""
+    Loss metrics are shares of the mini-batch value (SUM over micro-batches and ranks is the
+    mini-batch's); the row means are reported as a SUM of value x real rows next to
+    `hacrl/rows`, and `engine.actor_metrics` divides (row-weighted, like the local engine)."""
     from verl.utils import tensordict_utils as tu
     from verl.utils.metric import AggregationType, Metric
 
@@ -80,6 +82,12 @@ def hacrl_loss(config: Any = None, model_output: dict[str, Tensor] | None = None
     out, real_rows = hacrl_loss_output(model_output["log_probs"], data, loss_config)
     dp_size = int(tu.get_non_tensor_data(data, "dp_size", 1) or 1)
     metrics: dict[str, Any] = {ROWS: Metric(value=float(real_rows), aggregation=AggregationType.SUM)}
+    # This micro-batch's share; summed over micro-batches and ranks it is the mini-batch's value.
+    # verl sums a SUM metric over micro-batches but averages it over data-parallel ranks
+    # (`Metric.aggregate_dp`, verl/utils/metric/utils.py:151-154), hence x dp_size, as the loss.
+    for key in SUMMED:
+        metrics[key] = Metric(value=float(out.metrics.get(key, 0.0)) * dp_size,
+                              aggregation=AggregationType.SUM)
     for key in WEIGHTED:  # every rank reports every key, with weight 0 when it had no rows
         value = out.metrics.get(key, 0.0)
         metrics[key] = Metric(value=float(value) * real_rows, aggregation=AggregationType.SUM)
@@ -103,4 +111,4 @@ def loss_callable(loss_config: LossConfig) -> Callable[..., tuple[Tensor, dict[s
     return functools.partial(hacrl_loss, config=None, loss_config=loss_config)
 
 
-__all__ = ["DENOMINATORS", "loss_callable", "ROWS", "UPDATE_INDEX", "WEIGHTED", "hacrl_loss", "hacrl_loss_output"]
+__all__ = ["DENOMINATORS", "loss_callable", "ROWS", "SUMMED", "UPDATE_INDEX", "WEIGHTED", "hacrl_loss", "hacrl_loss_output"]

