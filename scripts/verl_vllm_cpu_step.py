@@ -16,7 +16,10 @@ with its FSDP2 CPU workers, batch layout, loss callable) and `hacrl.engines.verl
   4. sampled rollouts from vLLM, a trivial reward, group-normalised advantages, old log-probs
      from engine.log_probs, ONE engine.train_minibatch;
   5. the updated weights pushed to vLLM; vLLM greedy == HF greedy of the NEW weights, and the
-     weights (and, reported, the outputs) changed; sampled rollouts again.
+     weights (and, reported, the outputs) changed; sampled rollouts again;
+  6. one step of the project's TeamLoop (GRPO, tiny task, verifier rewards) on this engine,
+     then vLLM greedy == HF greedy of the weights after it;
+  7. the replica closed: its server actor and every vLLM process it started are gone.
 Prints timings; exits 0 on success. Ray (and with it every vLLM process) is shut down at the end.
 """
 
@@ -34,6 +37,9 @@ PARSER = argparse.ArgumentParser()
 PARSER.add_argument("--workdir", default="/tmp/verl_vllm_cpu_step")
 PARSER.add_argument("--max-tokens", type=int, default=16)
 PARSER.add_argument("--lr", type=float, default=2e-2)
+PARSER.add_argument("--as-is", action="store_true",
+                    help="use VerlEngine and the worker class as they are (once engine.py and "
+                         "workers.py carry the vLLM-on-CPU wiring) instead of the subclasses here")
 ARGS = PARSER.parse_args()
 
 WORK = Path(ARGS.workdir).resolve()
@@ -43,6 +49,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_TMPDIR", str(WORK / "ray"))
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HACRL_DATA", str(WORK / "data"))  # tiny task sources, written on demand
 
 AGENT = "qwen3-4b-base"
 PROMPTS = ["12+34=", "what is 7*8?", "(9-3)*2=", "abc", "the answer is", "q: 5+5?"]
@@ -157,9 +164,6 @@ def worker_with_save(base: type) -> type:
 
 
 def engine_class() -> type:
-    import dataclasses
-
-    from hacrl.engines.base import Generation
     from hacrl.engines.verl import engine as engine_mod
     from hacrl.engines.verl.vllm_cpu import StandaloneVllm
 
@@ -199,7 +203,6 @@ def engine_class() -> type:
             self.standalone.close()
             super().close()
 
-    _ = dataclasses, Generation
     return VllmCpuEngine
 
 
@@ -243,17 +246,24 @@ def main() -> int:
 
     cfg = compose(["engine=verl", "engine.device=cpu", "engine.rollout.name=vllm", "pair=size",
                    "method=grpo", "engine.dtype=float32", f"output_root={WORK / 'out'}",
-                   f"scale.model_root={zoo}", f"train.lr={ARGS.lr}"])
+                   f"scale.model_root={zoo}", f"train.lr={ARGS.lr}", "train.prompts_per_step=4",
+                   "train.minibatch_prompts=4", "train.rollouts_per_prompt=4",
+                   f"rollout.max_new_tokens={ARGS.max_tokens}"])
     spec = validate(cfg)
     n = 4
+    # what hacrl.job.engine_context gives GRPO with these overrides: G = 4, 4 prompts per update
     context = EngineContext(cfg=cfg, agent_name=AGENT, agent_index=0, n_agents=1, loss=spec.loss,
-                            group_size=n, minibatch_prompts=len(PROMPTS), run_dir=WORK / "run",
+                            group_size=n, minibatch_prompts=4, run_dir=WORK / "run",
                             updates_per_step=1)
 
-    base_training, base_worker = workers_mod.worker_classes()
-    worker_cls = worker_with_save(base_worker)
-    workers_mod.worker_classes = lambda: (base_training, worker_cls)  # type: ignore[assignment]
-    patch_ray_resources(1)
+    if ARGS.as_is:
+        from hacrl.engines.verl.engine import VerlEngine as Engine
+    else:
+        base_training, base_worker = workers_mod.worker_classes()
+        worker_cls = worker_with_save(base_worker)
+        workers_mod.worker_classes = lambda: (base_training, worker_cls)  # type: ignore[assignment]
+        patch_ray_resources(1)
+        Engine = engine_class()
 
     import ray
 
@@ -266,7 +276,9 @@ def main() -> int:
     engine = None
     try:
         with timed("engine_init_total"):
-            engine = engine_class()(str(model_dir), context=context)
+            engine = Engine(str(model_dir), context=context)
+        if ARGS.as_is:
+            TIMES["vllm_replica_startup"] = engine.standalone.startup_seconds
         tok = engine.tokenizer
         prompts = [tok(p, add_special_tokens=False).input_ids for p in PROMPTS]
         stops = set(engine.stop_ids)
@@ -355,6 +367,44 @@ def main() -> int:
         same_seed = [[g.token_ids for g in grp] for grp in again] == \
             [[g.token_ids for g in grp] for grp in groups1]
         check("sampled rollouts reproducible (same version, same seeds)", same_seed)
+
+        # -- one TeamLoop step on this engine (prompts from the task, verifier rewards) -------
+        from hacrl.job import _settings
+        from hacrl.loop import Agent, PromptSchedule, TeamLoop
+        from hacrl.tasks import grader, load_problems
+
+        loop = TeamLoop([Agent(AGENT, engine)], spec.method, _settings(spec),
+                        PromptSchedule(load_problems(cfg, cfg.task.train_split),
+                                       int(cfg.train.prompts_per_step), int(cfg.seed)), grader(cfg))
+        with timed("teamloop_step"):
+            result = loop.step(1)
+        m = result.agent_metrics[0]
+        log("teamloop metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(m.items())
+                                             if k.startswith(("reward", "loss/", "grad_norm", "time/"))))
+        check("TeamLoop step ran on vLLM rollouts", engine.version == 2 and engine.served_version == 1,
+              f"(version {engine.version}, vLLM served {engine.served_version} during the step)")
+        with timed("vllm_generate_greedy_v2_incl_sync"):
+            got2 = [g.token_ids for group in engine.generate(prompts, 1, greedy) for g in group]
+        v2 = WORK / "weights_v2"
+        shutil.copytree(folder, v2)
+        ref2 = hf_greedy(model_dir, v2, prompts, ARGS.max_tokens, stops)
+        check("v2 (after TeamLoop step): vLLM greedy == HF fp32 greedy", got2 == ref2,
+              f"({sum(map(len, got2))} tokens)")
+
+        # -- tidy: the replica's processes end with close() -----------------------------------
+        import psutil
+
+        pids = engine.standalone.server_processes()
+        with timed("vllm_close"):
+            engine.standalone.close()
+        deadline = time.time() + 30
+        while time.time() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status()
+                                             != psutil.STATUS_ZOMBIE for p in pids):
+            time.sleep(0.5)
+        alive = [p for p in pids if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        check("close(): server actor and vLLM processes gone", not alive,
+              f"({len(pids)} processes: {pids}; alive after close: {alive})")
     finally:
         t0 = time.perf_counter()
         if engine is not None:

@@ -163,3 +163,98 @@ def test_first_updates_agree_with_the_local_engine(verl_engine, micro_zoo: Path,
             assert torch.allclose(value.float(), after[name], atol=TOL), name
             moved = max(moved, float((value.float() - _state(micro_zoo / AGENT)[name]).abs().max()))
     assert moved > 1e-4, "the updates did not move the parameters"
+
+
+# -- a whole job through verl on CPU ---------------------------------------------------------
+
+TEAM = ["qwen3-4b-base", "llama3.2-1b-instruct"]  # char-level and byte-level BPE tokenizers
+JOB = ["engine=verl", "engine.device=cpu", "method=hacpo", f"agents=[{','.join(TEAM)}]",
+       "train.steps=2", "train.save_every=1", "train.prompts_per_step=4",
+       "train.minibatch_prompts=2", "train.rollouts_per_prompt=4", "rollout.max_new_tokens=12",
+       "validation.every=1", "validation.benchmark=tiny_amc23", "eval.benchmarks=[tiny_gsm8k]"]
+
+
+def _kill_tree(job) -> None:  # noqa: ANN001 (a Popen)
+    """SIGKILL a job and everything it started (its Ray processes too), like a scheduler."""
+    import psutil
+
+    try:
+        children = psutil.Process(job.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    job.kill()  # the job first: with its Ray processes gone, Ray's driver would exit by itself
+    job.wait(timeout=60)
+    for p in children:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(children, timeout=30)
+
+
+def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacrl_cmd, cli_env,
+                                                  tmp_path, ray_env):
+    """`hacrl train engine=verl engine.device=cpu` with two tokenizers and KL: MLflow runs with
+    the loop's and verl's metrics, verl checkpoints with HF copies, evaluation from the copy;
+    SIGKILLed after its first checkpoint, the same command resumes and its curves equal an
+    uninterrupted run's."""
+    import signal
+    import subprocess
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    root = new_output_root()
+    args = [*hacrl_cmd, "train", *JOB]
+    env = {**cli_env(root), "RAY_AUTH_MODE": "disabled"}
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                 cwd=tmp_path, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 400
+            while not list(root.glob("runs/*/team-0/ckpt/step_*/COMPLETE")):
+                assert first.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
+                assert time.monotonic() < deadline, "no checkpoint within 400 s"
+                time.sleep(0.05)
+        finally:
+            _kill_tree(first)
+    assert first.returncode == -signal.SIGKILL, "the first run finished before it was killed"
+    second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600,
+                            cwd=tmp_path)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("hacrl")
+    jobs = sorted(client.search_runs([exp.experiment_id], "tags.`hacrl.kind` = 'job'"),
+                  key=lambda r: r.info.start_time)
+    assert [r.info.status for r in jobs] == ["KILLED", "FINISHED"]
+    kids = {r.data.tags["model"]: r for r in client.search_runs(
+        [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{jobs[1].info.run_id}'")}
+    assert sorted(kids) == sorted(TEAM)
+    assert {r.data.tags["hacrl.resumed_at_step"] for r in kids.values()} == {"1"}
+    for run in kids.values():
+        metrics = run.data.metrics
+        assert metrics["eval/main/tiny_gsm8k/acc"] >= 0.0  # lm-eval on the saved HF copy
+        assert "verl/actor/lr" in metrics and "loss/kl" in metrics and "capability/P" in metrics
+    ckpt = next(root.glob("runs/*/team-0/ckpt"))
+    for name in TEAM:
+        hf = ckpt / "step_000002" / name / "model"
+        assert (hf / "config.json").is_file() and (hf / "model.safetensors").is_file()
+        assert (ckpt / "step_000002" / name / "verl").is_dir()
+
+    # the same job without interruption, in another output root
+    straight_root = new_output_root("straight")
+    third = subprocess.run(args, env={**cli_env(straight_root), "RAY_AUTH_MODE": "disabled"},
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert third.returncode == 0, third.stderr[-3000:]
+    straight = MlflowClient(tracking_uri=f"sqlite:///{straight_root / 'mlflow.db'}")
+    sexp = straight.get_experiment_by_name("hacrl")
+    skids = {r.data.tags["model"]: r for r in straight.search_runs(
+        [sexp.experiment_id], "tags.`hacrl.kind` = 'agent'")}
+    for name in TEAM:
+        for key in ("reward/mean", "loss/total", "loss/kl", "grad_norm", "val/tiny_amc23/acc"):
+            ours = sorted((m.step, m.value) for m in client.get_metric_history(kids[name].info.run_id, key))
+            theirs = sorted((m.step, m.value) for m in straight.get_metric_history(skids[name].info.run_id, key))
+            assert [s for s, _ in ours] == [s for s, _ in theirs] and ours, (name, key)
+            for (_, a), (_, b) in zip(ours, theirs, strict=True):
+                assert abs(a - b) <= 1e-6 * max(1.0, abs(b)), (name, key, ours, theirs)

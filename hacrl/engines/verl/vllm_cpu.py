@@ -251,14 +251,25 @@ class StandaloneVllm:
                                                request_id=uuid.uuid4().hex))
         return [list(out.token_ids) for out in ray.get(refs)]
 
+    def server_processes(self) -> list[int]:
+        """Process ids of the server actors and everything they started (vLLM's engine core
+        and worker processes): what `close` must leave behind as dead."""
+        import ray
+
+        return [pid for s in self.servers for pid in ray.get(s.__ray_call__.remote(_process_tree))]
+
     def close(self) -> None:
-        """Kill the replicas' actors (server, checkpoint-engine workers) and placement groups;
-        vLLM's engine-core and worker processes exit with their server actor."""
+        """Shut vLLM down in each server actor (AsyncLLM.shutdown ends its engine-core and
+        worker processes), then kill the replicas' actors (server, checkpoint-engine workers)
+        and remove their placement groups."""
         import ray
 
         if not ray.is_initialized():
             return
         for replica in self.replicas:
+            for server in getattr(replica, "servers", []):
+                with contextlib.suppress(Exception):
+                    ray.get(server.__ray_call__.remote(_shutdown_engine), timeout=120)
             for actor in [*getattr(replica, "servers", []), *getattr(replica, "workers", [])]:
                 with contextlib.suppress(Exception):
                     ray.kill(actor)
@@ -268,6 +279,21 @@ class StandaloneVllm:
                     ray.util.remove_placement_group(pg)
         self.replicas = []
         self.servers = []
+
+
+def _shutdown_engine(server: Any) -> None:
+    """In a vLLMHttpServer actor: stop its vLLM engine (and so its subprocesses)."""
+    engine = getattr(server, "engine", None)
+    if engine is not None:
+        engine.shutdown()
+
+
+def _process_tree(server: Any) -> list[int]:
+    """In a server actor: its own pid and its descendants'."""
+    import psutil
+
+    me = psutil.Process()
+    return [me.pid, *(p.pid for p in me.children(recursive=True))]
 
 
 __all__ = ["REPLICA_ENV", "StandaloneVllm", "cuda_identity", "ray_resources",
