@@ -43,30 +43,59 @@ def _phase_seconds(loops: list[TeamLoop], step: int) -> dict[str, float]:
     return out
 
 
+def local_twin(overrides: list[str]) -> list[str]:
+    """The same cell on the local engine: the overrides without engine keys, engine=local."""
+    return [o for o in overrides if not o.lstrip("+~").startswith("engine")] + ["engine=local"]
+
+
 def step_cost(overrides: list[str], repeats: int = 3) -> int:
+    """Print one step's phases for gspo_x2 and hacpo; for an engine other than local, also the
+    same cell on the local engine, measured side by side, and the ratio engine / local."""
     base = ["validation.every=0", "eval.at_end=false", *overrides]
     try:
-        hacpo = validate(compose(["method=hacpo", *base]))
-        gspo_x2 = validate(compose(["method=gspo_x2", *base]))
+        specs = {("gspo_x2", "engine"): validate(compose(["method=gspo_x2", *base])),
+                 ("hacpo", "engine"): validate(compose(["method=hacpo", *base]))}
+        engine = str(specs["hacpo", "engine"].cfg.engine.name)
+        if engine != "local":
+            for method in ("gspo_x2", "hacpo"):
+                specs[method, "local"] = validate(compose([f"method={method}", *local_twin(base)]))
     except ConfigError as err:
         print(f"hacrl: config error: {err}", file=sys.stderr)
         return 2
+    hacpo = specs["hacpo", "engine"]
     if hacpo.cfg.engine.get("threads"):
         torch.set_num_threads(int(hacpo.cfg.engine.threads))
     seed_everything(int(hacpo.cfg.seed))
-    runs = {"gspo_x2": _loops(gspo_x2), "hacpo": _loops(hacpo)}
-    samples: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
-    for step in range(1, repeats + 2):  # step 1 warms up and is dropped
-        for name, loops in runs.items():
-            seconds = _phase_seconds(loops, step)
-            if step > 1:
-                samples[name].append(seconds)
+    cluster = None
+    if engine == "verl":  # all teams' workers at once in one Ray cluster: room for each of them
+        from hacrl.engines.verl.engine import VerlCluster
 
-    def median(name: str, phase: str | None = None) -> float:
-        return statistics.median(sum(s.values()) if phase is None else s[phase] for s in samples[name])
+        engines = sum(len(spec.agents) for (_, which), spec in specs.items() if which == "engine")
+        cluster = VerlCluster.get(hacpo.cfg, engines)
+    runs = {key: _loops(spec) for key, spec in specs.items()}
+    samples: dict[tuple[str, str], list[dict[str, float]]] = {key: [] for key in runs}
+    try:
+        for step in range(1, repeats + 2):  # step 1 warms up and is dropped
+            for key, loops in runs.items():  # alternating: the machine's noise hits all alike
+                seconds = _phase_seconds(loops, step)
+                if step > 1:
+                    samples[key].append(seconds)
+    finally:
+        for loops in runs.values():
+            for loop in loops:
+                for agent in loop.agents:
+                    agent.engine.close()
+        if cluster is not None:
+            cluster.release()
+
+    def median(method: str, phase: str | None = None, which: str = "engine") -> float:
+        return statistics.median(sum(s.values()) if phase is None else s[phase]
+                                 for s in samples[method, which])
 
     agents = ", ".join(a.name for a in hacpo.agents)
-    print(f"one step on {agents} (scale={hacpo.cfg.scale.name}, median of {repeats}), seconds:")
+    device = f", device={hacpo.cfg.engine.device}" if engine != "local" else ""
+    print(f"one step on {agents} (scale={hacpo.cfg.scale.name}, engine={engine}{device}, "
+          f"median of {repeats}), seconds:")
     print(f"{'phase':<10}{'gspo_x2':>10}{'hacpo':>10}")
     for phase in PHASES:
         print(f"{phase:<10}{median('gspo_x2', phase):>10.3f}{median('hacpo', phase):>10.3f}")
@@ -81,4 +110,14 @@ def step_cost(overrides: list[str], repeats: int = 3) -> int:
           f"R/T = {rollout / training:.2f}")
     print(f"hacpo / gspo_x2 = {ratio:.3f}   ideal (R+T)/(2R+T) = {ideal:.3f}   "
           f"off by {100 * (ratio / ideal - 1):+.1f}%   (paper wall-clock: 0.82)")
+    if engine != "local":
+        print(f"\nengine overhead: the same cell on engine=local in this run, seconds "
+              f"(median of {repeats}), and {engine} / local:")
+        print(f"{'phase':<10}{'method':>9}{'local':>10}{engine:>10}{'ratio':>9}")
+        for method in ("gspo_x2", "hacpo"):
+            for row in (*PHASES, None):
+                ours, theirs = median(method, row, "local"), median(method, row)
+                name = row or "total"
+                print(f"{name:<10}{method:>9}{ours:>10.3f}{theirs:>10.3f}"
+                      f"{theirs / max(ours, 1e-9):>9.2f}")
     return 0

@@ -12,6 +12,10 @@ checkpointing at step 2 through verl; then it reads the MLflow store and checks 
 runs hold the loop's metrics (reward, capability, omega, HACPO's losses and clip bounds) and
 verl's own (`verl/actor/...`) at step 2, and that a verl checkpoint with a Hugging Face copy
 was written. Exit code 0 means all of that held; the failing check is printed otherwise.
+
+`--device cpu` runs the same command with `engine.device=cpu` (verl's FSDP2 workers on CPU,
+HF rollouts): the code path is the GPU one up to the device layer, so the script itself is
+checked on any machine (e.g. on the tiny zoo's models).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ MUST = ("reward/mean", "capability/P", "loss/policy", "loss/borrowed", "clip/low
         "grad_norm", "time/generate_s", "time/update_s", "train/updates")
 
 
-def overrides(models: list[Path], gpus: int, output: Path) -> list[str]:
+def overrides(models: list[Path], gpus: int, output: Path, device: str = "cuda") -> list[str]:
     names = ["smoke-a", "smoke-b"]
     out = ["scale=paper", "engine=verl", "method=hacpo", "task=arith", f"output_root={output}",
            f"agents=[{','.join(names)}]", "train.steps=2", "train.prompts_per_step=8",
@@ -34,7 +38,9 @@ def overrides(models: list[Path], gpus: int, output: Path) -> list[str]:
            "train.micro_batch_rows=4", "rollout.max_new_tokens=256", "validation.every=0",
            "eval.at_end=false", f"engine.gpus_per_node={gpus}",
            "engine.rollout.gpu_memory_utilization=0.3", "engine.actor.max_token_len_per_gpu=4096",
-           "tracking.experiment=verl-smoke"]
+           "tracking.experiment=verl-smoke", f"engine.device={device}"]
+    if device == "cpu":  # the same job on CPU workers (the device layer of engine=verl)
+        out += ["engine.dtype=float32", f"engine.cpu_workers={gpus}", "rollout.max_new_tokens=32"]
     for name, path in zip(names, models, strict=True):
         family = "llama" if "llama" in path.name.lower() else "qwen3"
         out.append(f"+models.{name}={{family: {family}, paper: '{path.resolve()}', tiny: null}}")
@@ -77,7 +83,9 @@ def check(output: Path) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs=2, type=Path, required=True, metavar="DIR")
-    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs (CPU: worker processes)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: the same job and checks through engine.device=cpu")
     parser.add_argument("--output", type=Path, default=Path("outputs/verl-smoke"))
     parser.add_argument("--check-only", action="store_true", help="only check an earlier run")
     args = parser.parse_args()
@@ -86,7 +94,7 @@ def main() -> int:
             parser.error(f"--models: {path} has no config.json (a local HF checkpoint is needed)")
     if not args.check_only:
         command = [sys.executable, "-m", "hacrl.cli", "train",
-                   *overrides(args.models, args.gpus, args.output)]
+                   *overrides(args.models, args.gpus, args.output, args.device)]
         print("$", " ".join(command), flush=True)
         if subprocess.run(command).returncode != 0:
             print("verl smoke: training failed (see above)", file=sys.stderr)

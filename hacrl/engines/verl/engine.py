@@ -171,14 +171,13 @@ class VerlEngine(Engine):
         pool = self.cluster.pool(context.agent_index)
         workers_cls = RayClassWithInitArgs(cls=ray.remote(worker),
                                            config=self.config.actor_rollout_ref, role=role)
-        # per actor too: a Ray cluster started elsewhere (tests, engine.ray.address) has its
-        # own job environment
-        workers_cls.update_options({"runtime_env": {"env_vars": self.cluster.worker_env}})
         # the group's methods (init_model, update_actor, ...) are bound from the worker class
-        # at runtime, hence Any
+        # at runtime, hence Any. worker_env per worker too: a Ray cluster started elsewhere
+        # (engine.ray.address) has its own job environment
         self.workers: Any = cast(Any, RayWorkerGroup(
             resource_pool=pool, name_prefix=f"hacrl_{context.agent_index}_",
-            ray_cls_with_init=workers_cls, device_name="cpu" if self.cluster.on_cpu else "cuda"))
+            ray_cls_with_init=workers_cls, device_name="cpu" if self.cluster.on_cpu else "cuda",
+            worker_env=dict(self.cluster.worker_env)))
         self.workers.init_model()
         self.workers.set_loss_fn(loss_callable(context.loss))
         self.world_size = int(self.workers.world_size)
