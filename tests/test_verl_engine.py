@@ -508,3 +508,77 @@ def test_loss_callable_pickles_for_ray() -> None:
 
     again = cloudpickle.loads(cloudpickle.dumps(loss_callable(HACPO)))
     assert again.keywords["loss_config"] == HACPO
+
+
+# -- the CPU device layer ----------------------------------------------------------------------
+
+def test_cpu_layer_changes_only_the_device_layer() -> None:
+    from omegaconf import OmegaConf
+
+    from hacrl.engines.verl.config import cpu_layer, rollout_name, validate_verl_config, verl_config
+
+    def build(*overrides: str):
+        cfg = compose(["engine=verl", *overrides])
+        return cfg, verl_config(cfg, model_path="m", loss=HACPO, group_size=8,
+                                minibatch_prompts=16, n_agents=2)
+
+    gpu_cfg, gpu = build()
+    cpu_cfg, cpu = build("engine.device=cpu")
+    assert cpu_layer(gpu_cfg) == {} and rollout_name(gpu_cfg) == "vllm"
+    assert rollout_name(cpu_cfg) == "hf" and cpu.actor_rollout_ref.rollout.name == "hf"
+    a = cpu.actor_rollout_ref
+    assert a.actor.strategy == "fsdp2" and a.model.use_remove_padding is False
+    assert OmegaConf.to_container(a.actor.fsdp_config.mixed_precision) == {
+        "param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}  # tiny: float32
+    assert a.ref.fsdp_config.mixed_precision.param_dtype == "fp32"
+    assert not a.actor.use_torch_compile and not a.actor.fsdp_config.param_offload
+    assert a.model.override_config.attn_implementation == "sdpa"
+    assert cpu.trainer.n_gpus_per_node == 2  # engine.cpu_workers
+    # outside the device layer the two configs are the same
+    changed = set(cpu_layer(cpu_cfg)) | {"actor_rollout_ref.rollout.name",
+                                         "actor_rollout_ref.rollout.n_gpus_per_node",
+                                         "trainer.n_gpus_per_node",
+                                         # verl's interpolations of the two keys above
+                                         "actor_rollout_ref.actor.use_remove_padding",
+                                         "distillation.teacher_models.teacher_model.inference.name"}
+    flat_gpu = _flat(OmegaConf.to_container(gpu, resolve=True))
+    flat_cpu = _flat(OmegaConf.to_container(cpu, resolve=True))
+    differ = {k for k in flat_gpu.keys() | flat_cpu.keys() if flat_gpu.get(k) != flat_cpu.get(k)}
+    assert all(any(k == c or k.startswith(c + ".") for c in changed) for k in differ), differ
+    validate_verl_config(cpu, model=False)  # verl's own dataclasses accept it
+
+
+def _flat(node: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(node, dict):
+        out: dict[str, object] = {}
+        for key, value in node.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): node}
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("engine.device=tpu", "engine.device=tpu"),
+    ("engine.rollout.name=sglang", "engine.rollout.name=sglang"),
+    ("engine.actor.strategy=fsdp", "only fsdp2 runs on CPU"),
+    ("engine.cpu_workers=0", "engine.cpu_workers=0"),
+])
+def test_cpu_config_errors_name_the_key(override: str, message: str) -> None:
+    from hacrl.engines.verl.config import verl_config
+
+    cfg = compose(["engine=verl", "engine.device=cpu", override])
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        verl_config(cfg, model_path="m", loss=HACPO, group_size=8, minibatch_prompts=16,
+                    n_agents=2)
+
+
+def test_vllm_on_cpu_without_vllm_says_how_to_install_it() -> None:
+    import importlib.util
+
+    from hacrl.engines.verl.config import rollout_name
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: nothing is missing")
+    cfg = compose(["engine=verl", "engine.device=cpu", "engine.rollout.name=vllm"])
+    with pytest.raises(ConfigError, match="install_vllm_cpu.sh"):
+        rollout_name(cfg)

