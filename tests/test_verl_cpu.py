@@ -5,8 +5,9 @@ GPU path uses (`engine.device=cpu` changes only the device layer).
 - cross-engine agreement: on the same rollouts and weights, the local engine and verl give the
   same per-row log-probs, the same loss and grad norm for updates m = 0 and m = 1, and the same
   parameters afterwards (1e-5), for GSPO, HACPO with the KL term, and GRPO;
-- a whole job: two agents with different tokenizers, HACPO with KL, 2 steps, killed after its
-  first checkpoint and resumed: the resumed curves equal an uninterrupted run's.
+- a whole job: two agents with different tokenizers, HACPO with KL, 2 steps (one worker per
+  agent, to keep CI short; the agreement test runs 2 ranks), killed after its first checkpoint
+  and resumed: the resumed curves equal an uninterrupted run's.
 
 These tests need the [verl] extra (CI installs it); without it they skip, saying so.
 """
@@ -169,7 +170,7 @@ def test_first_updates_agree_with_the_local_engine(verl_engine, micro_zoo: Path,
 
 TEAM = ["qwen3-4b-base", "llama3.2-1b-instruct"]  # char-level and byte-level BPE tokenizers
 JOB = ["engine=verl", "engine.device=cpu", "method=hacpo", f"agents=[{','.join(TEAM)}]",
-       "train.steps=2", "train.save_every=1", "train.prompts_per_step=4",
+       "engine.cpu_workers=1", "train.steps=2", "train.save_every=1", "train.prompts_per_step=4",
        "train.minibatch_prompts=2", "train.rollouts_per_prompt=4", "rollout.max_new_tokens=12",
        "validation.every=1", "validation.benchmark=tiny_amc23", "eval.benchmarks=[tiny_gsm8k]"]
 

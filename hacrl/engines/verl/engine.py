@@ -72,8 +72,13 @@ class VerlCluster:
 
         self.cfg, self.n_agents = cfg, n_agents
         self.on_cpu = on_cpu(cfg)
-        # what every worker needs before `import verl` (the CPU platform, the hf rollout)
+        # what every worker needs before `import verl` (the CPU platform, the hf rollout); set
+        # here too (the driver), and put back as it was when the cluster goes
+        from verl.plugin.platform import platform_manager
+
         self.worker_env = verl_environment(cfg)
+        self.saved_env = {key: os.environ.get(key) for key in self.worker_env}
+        self.saved_platform = platform_manager._current_platform
         os.environ.update(self.worker_env)
         activate_plugins(cfg)
         self.placement: AgentPlacement = placement(cfg, n_agents)
@@ -140,6 +145,15 @@ class VerlCluster:
 
             ray.shutdown()
             VerlCluster.current = None
+            for key, value in self.saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            if self.on_cpu:
+                from verl.plugin.platform import platform_manager as pm
+
+                pm._current_platform = self.saved_platform
 
 
 class VerlEngine(Engine):
@@ -398,12 +412,11 @@ def activate_plugins(cfg: DictConfig) -> None:
 
     for module in filter(None, verl_environment(cfg).get("VERL_USE_EXTERNAL_MODULES", "").split(",")):
         importlib.import_module(module)
-    if on_cpu(cfg):
-        from verl.plugin.platform import platform_manager as pm
+    from verl.plugin.platform import platform_manager as pm
 
-        current = pm._current_platform
-        if current is None or current.device_name != "cpu":
-            pm.set_platform(pm.PlatformRegistry._platforms["cpu"]())
+    current = pm._current_platform
+    if on_cpu(cfg) and (current is None or current.device_name != "cpu"):
+        pm.set_platform(pm.PlatformRegistry._platforms["cpu"]())
 
 
 SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
