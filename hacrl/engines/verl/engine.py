@@ -108,6 +108,8 @@ class VerlCluster:
                      log_to_driver=True, **extra)
         self.pools: dict[int, Any] = {}
         self.users = 0
+        self.groups = 0  # worker groups made: their Ray actor names must differ (hacrl bench
+        # runs two teams of the same agents in one cluster)
 
     def cpus_needed(self) -> int:
         pools = 1 if self.cfg.engine.placement == "colocate" else self.n_agents
@@ -189,8 +191,9 @@ class VerlEngine(Engine):
         # the group's methods (init_model, update_actor, ...) are bound from the worker class
         # at runtime, hence Any. worker_env per worker too: a Ray cluster started elsewhere
         # (engine.ray.address) has its own job environment
+        self.cluster.groups += 1
         self.workers: Any = cast(Any, RayWorkerGroup(
-            resource_pool=pool, name_prefix=f"hacrl_{context.agent_index}_",
+            resource_pool=pool, name_prefix=f"hacrl_{context.agent_index}_g{self.cluster.groups}_",
             ray_cls_with_init=workers_cls, device_name="cpu" if self.cluster.on_cpu else "cuda",
             worker_env=dict(self.cluster.worker_env)))
         self.workers.init_model()
