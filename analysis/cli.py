@@ -32,11 +32,15 @@ def add_parsers(sub: Any) -> None:
 
 def run(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.config import ConfigError
+    from hacrl.errors import HacrlError
 
     try:
         if args.command == "report":
             return _report(args, overrides)
         return _plot(args, overrides)
+    except HacrlError as err:
+        print(f"hacrl: {args.command}: {err}", file=sys.stderr)
+        return err.exit_code
     except (ConfigError, ValueError, FileNotFoundError) as err:
         print(f"hacrl: {args.command}: {err}", file=sys.stderr)
         return 2
@@ -46,10 +50,7 @@ def _report(args: argparse.Namespace, overrides: list[str]) -> int:
     from analysis.report import make_report
 
     report = make_report(args.name, overrides, log=not args.no_mlflow,
-                         folder=Path(args.out) if args.out else None)
-    if not report.runs_read:
-        print(f"hacrl: report: no runs in {report.store}; every cell says `not run` (pass "
-              "output_root=... or MLFLOW_TRACKING_URI where the sweep ran)", file=sys.stderr)
+                         folder=Path(args.out) if args.out else None, require_runs=True)
     for claim in report.claims:
         print(f"- {claim.text}: {claim.verdict}")
     missing = sum(1 for t in report.tables.values() for _, _, es in t.rows for e in es

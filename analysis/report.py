@@ -1,12 +1,14 @@
 """`hacrl report <sweep>`: every table and figure of a sweep, next to the paper's numbers.
 
 Writes <output_root>/reports/<sweep>-<scale>/ (built in a temporary folder, then moved into
-place: a report is never half-written):
+place: a report is never half-written). A folder is only ever replaced if hacrl wrote it (it
+holds MARKER); any other existing, non-empty folder is refused before anything is written:
     index.html               everything: claims, tables, figures, the MLflow runs behind each cell
     report.md                the same in Markdown
     tables/<key>.{md,tex,csv}
     figures/<name>.{png,svg}
     runs.csv                 table, section, row, column -> MLflow run ids
+    .hacrl-report            the marker: this folder is a report hacrl may replace
 and logs the folder as artifacts of an MLflow run (tags hacrl.kind=report, sweep, scale), so it
 can be browsed in the MLflow UI next to the runs it summarises.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import html
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,7 +38,10 @@ from analysis.tables_cost import (
     ratio_stats_table,
     runtime_table,
 )
+from hacrl.errors import OutputError, StoreError
 from hacrl.sweep.cells import Cell
+
+MARKER = ".hacrl-report"
 
 # key -> (builder, the sweeps whose data it shows)
 TABLES: dict[str, tuple[Callable[[Context], Table], set[str]]] = {
@@ -82,9 +88,10 @@ def covered(sweep: str, ctx: Context) -> set[str]:
 def make_report(sweep: str, overrides: list[str], log: bool = True,
                 folder: Path | None = None, sweep_dir: Path | None = None,
                 sweep_dirs: tuple[Path, ...] | None = None, cfg: DictConfig | None = None,
-                cells: list[Cell] | None = None) -> Report:
+                cells: list[Cell] | None = None, require_runs: bool = False) -> Report:
     """The report of `sweep` at the scale and output root the overrides give. A running sweep
-    passes its own composed config and cells (Hydra cannot compose again inside its app)."""
+    passes its own composed config and cells (Hydra cannot compose again inside its app).
+    `require_runs`: a store without runs is an error (a user asking for a report of nothing)."""
     from analysis.cells import sweep_cells
     from analysis.store import open_store
     from hacrl.config import compose
@@ -97,11 +104,55 @@ def make_report(sweep: str, overrides: list[str], log: bool = True,
     sweep_file(sweep, dirs)  # an unknown sweep stops here, naming the known ones
     cfg = cfg if cfg is not None else compose(overrides)
     root = Path(str(cfg.output_root)).expanduser().resolve()
+    folder = (folder or root / "reports" / f"{sweep}-{cfg.scale.name}").resolve()
+    check_destination(folder)
     store = open_store(resolve_uri(cfg.tracking.uri, root), str(cfg.tracking.experiment))
+    if require_runs and store.runs.empty:
+        raise StoreError(f"no runs in {store.uri} (experiment {store.experiment}): nothing to "
+                         f"report; run `hacrl sweep {sweep}` first, or pass output_root=... or "
+                         "tracking.uri=... where it ran")
     if cells is None:
         cells = sweep_cells(sweep, overrides, sweep_dir or root / "sweeps" / sweep, dirs)
     ctx = Context(store, cells, str(cfg.scale.name), dirs)
-    return build(ctx, sweep, folder or root / "reports" / f"{sweep}-{ctx.scale}", log=log)
+    return build(ctx, sweep, folder, log=log)
+
+
+def check_destination(folder: Path) -> None:
+    """Refuse (OutputError, nothing written) a destination hacrl did not create."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise OutputError(f"report folder {folder} exists and is not a folder; choose another "
+                          "--out")
+    if folder.is_dir() and any(folder.iterdir()) and not _ours(folder):
+        raise OutputError(f"report folder {folder} exists and was not written by hacrl report "
+                          f"(no {MARKER} in it); nothing was changed: choose a new or empty "
+                          "--out, or remove it yourself")
+
+
+def _ours(folder: Path) -> bool:
+    """A report folder hacrl wrote: its marker, or (reports from before the marker) nothing
+    but the files a report consists of."""
+    names = {p.name for p in folder.iterdir()}
+    return MARKER in names or ("index.html" in names and names <= REPORT_FILES)
+
+
+REPORT_FILES = {"index.html", "report.md", "runs.csv", "tables", "figures"}
+
+
+def _swap_in(tmp: Path, folder: Path) -> None:
+    """Put the finished report `tmp` at `folder`: the old report (ours) goes only after."""
+    check_destination(folder)  # again: it may have changed while the report was built
+    if not folder.exists():
+        tmp.rename(folder)
+        return
+    if not any(folder.iterdir()):  # an empty folder the user made (maybe their cwd): fill it
+        for item in tmp.iterdir():
+            item.rename(folder / item.name)
+        tmp.rmdir()
+        return
+    old = folder.with_name(f".{folder.name}.old-{tmp.name}")
+    folder.rename(old)
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
@@ -110,6 +161,7 @@ def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
     tables = {key: builder(ctx) for key, (builder, needs) in TABLES.items() if needs & sweeps}
     found_claims = claims_mod.check(tables)
     folder = folder.resolve()
+    check_destination(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
@@ -128,13 +180,19 @@ def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
         (tmp / "report.md").write_text(_markdown(title, tables, figures, undrawn, found_claims))
         (tmp / "index.html").write_text(_html(title, ctx, tables, figures, undrawn,
                                               found_claims))
-        if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
+        (tmp / MARKER).write_text(f"hacrl report of sweep {sweep}; this folder is replaced by "
+                                  "the next report of the same sweep and scale\n")
+        _swap_in(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    run_id = _log(ctx, sweep, folder) if log else None
+    run_id = None
+    if log:
+        try:
+            run_id = _log(ctx, sweep, folder)
+        except StoreError as err:  # e.g. a read-only archived store: the report is still there
+            print(f"hacrl: warning: report written to {folder}, not logged to MLflow: {err}",
+                  file=sys.stderr, flush=True)
     return Report(folder, tables, figures, found_claims, run_id, time.perf_counter() - started,
                   len(ctx.store.runs), ctx.store.uri, undrawn)
 

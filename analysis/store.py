@@ -49,13 +49,22 @@ class Store:
         return df
 
 
-def open_store(uri: str, experiment: str = "hacrl") -> Store:
-    """Read every run of `experiment` (one query per 5000 runs)."""
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    from mlflow.tracking import MlflowClient
+def open_store(uri: str, experiment: str = "hacrl", *, must_exist: bool = True) -> Store:
+    """Read every run of `experiment` (one query per 5000 runs).
 
-    client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
+    Reading creates nothing: with `must_exist` (the default) a sqlite store that is not there
+    raises StoreError naming its path. Any fault opening the store is one line (StoreError).
+    """
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    from hacrl.errors import StoreError, one_line
+    from hacrl.tracking import open_client
+
+    with open_client(uri, create=not must_exist) as client:
+        try:
+            found = client.get_experiment_by_name(experiment)
+        except Exception as err:  # the store opened but does not answer usably
+            raise StoreError(f"cannot read experiment {experiment!r} from the MLflow store "
+                             f"{uri}: {one_line(err)}") from None
     rows: list[dict[str, Any]] = []
     if found is not None:
         token = None

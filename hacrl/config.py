@@ -18,12 +18,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo import METHODS, LossConfig, MethodSpec
+from hacrl.checkpoint import damaged_weights
+from hacrl.errors import ConfigError as ConfigError  # re-exported: callers import it here
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "experiments"
-
-
-class ConfigError(ValueError):
-    """An invalid job config; the message is one line: key, value, what to do."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +132,10 @@ def model_path(cfg: DictConfig, index: int, name: str, check: bool = True) -> st
         if not (local / "config.json").is_file():
             hint = "build the zoo with `hacrl zoo build`" if scale == "tiny" else "check the path"
             raise ConfigError(f"agents[{index}]={name}: no model at {local} (scale={scale}); {hint}")
+        if (damage := damaged_weights(local)) is not None:
+            hint = ("rebuild it with `hacrl zoo build --force " + name + "`" if scale == "tiny"
+                    else "download it again")
+            raise ConfigError(f"agents[{index}]={name}: {damage}; {hint}")
         if not any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             raise ConfigError(f"agents[{index}]={name}: {local} has no tokenizer "
                               "(tokenizer.json / tokenizer_config.json); save the tokenizer "

@@ -2,10 +2,16 @@
 
 Layout of a job's run directory (`<output_root>/runs/<config_hash>-<method>/`):
     config.yaml                  the resolved config
-    team-<i>/ckpt/step_<t>/      latest checkpoint: one folder per agent + loop.pt
+    team-<i>/ckpt/step_<t>/      the two newest checkpoints (`hacrl.checkpoint`)
     team-<i>/DONE.json           the team finished training and its final evaluation
-Running the same command again resumes each team from its latest checkpoint; a finished job
-is skipped unless `force=true`.
+Running the same command again resumes each team from its newest usable checkpoint; a finished
+job is skipped unless `force=true`.
+
+Finishing is ordered so that a kill at any instant leaves a state the next run repairs
+(`hacrl.faults.FINISHING` names the points a test kills at): final checkpoint, final evaluation
+(into the agent runs), DONE.json, the job's time metrics, agent runs FINISHED, job run FINISHED.
+A rerun that finds every DONE.json but no FINISHED job run completes the killed runs in place
+(`_repair`) instead of training again.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from hacrl import checkpoint, faults
 from hacrl.config import AgentSpec, JobSpec
 from hacrl.engines.base import EngineContext, SamplingParams, engine_hook, make_engine
+from hacrl.errors import check_writable
 from hacrl.evaluation import greedy_accuracy
 from hacrl.evaluation.runner import evaluate_into_run
 from hacrl.loop import Agent, LoopSettings, PromptSchedule, TeamLoop, seed_everything
@@ -60,9 +68,10 @@ class TeamPaths:
     def done(self) -> Path:
         return self.root / "DONE.json"
 
-    def latest(self) -> tuple[int, Path] | None:
-        found = sorted(p for p in self.ckpt.glob("step_*") if (p / "COMPLETE").exists())
-        return (int(found[-1].name.removeprefix("step_")), found[-1]) if found else None
+    def finished(self, steps: int) -> dict[str, Any] | None:
+        """The team's DONE.json record if it is whole and for `steps` steps; else None (with a
+        warning when a file is there but unusable: the team then counts as not done)."""
+        return checkpoint.read_done(self.done, steps)
 
 
 def _settings(spec: JobSpec) -> LoopSettings:
@@ -140,15 +149,21 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
         torch.set_num_threads(int(c.engine.threads))
     directory = run_dir(spec)
     teams = [TeamPaths(directory / f"team-{i}") for i in range(len(spec.teams))]
+    check_writable(spec.output_root)
     tracker = Tracker(resolve_uri(c.tracking.uri, spec.output_root), c.tracking.experiment)
     reaped = tracker.reap_dead_runs(spec.config_hash)
     if not spec.method.trains:
         return _evaluate_base(spec, tracker)
-    if all(t.done.exists() for t in teams) and not c.force:
-        print(f"hacrl: job {spec.config_hash} already finished ({directory}); force=true re-trains",
-              file=sys.stderr)
-        return {"skipped": True, "run_dir": str(directory),
-                **_evaluate_finished(spec, tracker, directory)}
+    steps = int(c.train.steps)
+    if all(t.finished(steps) for t in teams) and not c.force:
+        if finished := _finished_job_run(tracker, spec):
+            print(f"hacrl: job {spec.config_hash} already finished ({directory}); force=true "
+                  "re-trains", file=sys.stderr)
+            return {"skipped": True, "run_dir": str(directory),
+                    **_evaluate_finished(spec, tracker, directory, finished)}
+        if (repaired := _repair(spec, tracker, directory, teams)) is not None:
+            return repaired
+        # no earlier run to complete (e.g. a new store): new runs, evaluated from the checkpoints
     if c.force:
         shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
@@ -186,17 +201,75 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
                                       **{f"time/{k}": v for k, v in phases.items()},
                                       "time/tracking_s": tracker.busy_s,
                                       **peak_memory_metrics()}, step=int(c.train.steps))
+        faults.point("job_metrics")
         status = "FINISHED"
     except (KeyboardInterrupt, _Terminated):
         status = "KILLED"
         raise
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        for run_id in [*agent_runs.values(), job_run]:
-            tracker.finish(run_id, status)
+        _finish(tracker, list(agent_runs.values()), job_run, status)
     summary["status"] = status
     summary.update(phases, tracking_s=tracker.busy_s, startup_s=startup_s)
     return summary
+
+
+def _finish(tracker: Tracker, agent_runs: list[str], job_run: str, status: str) -> None:
+    """Agent runs first, the job run last: a FINISHED job run means the whole job is in."""
+    for run_id in agent_runs:
+        tracker.finish(run_id, status)
+    faults.point("agent_runs_finished")
+    tracker.finish(job_run, status)
+    faults.point("job_run_finished")
+
+
+def _finished_job_run(tracker: Tracker, spec: JobSpec) -> str | None:
+    runs = tracker.find_runs(f"tags.config_hash = '{spec.config_hash}' and tags.`hacrl.kind` = "
+                             "'job' and attributes.status = 'FINISHED'")
+    return runs[0].info.run_id if runs else None
+
+
+def _repair(spec: JobSpec, tracker: Tracker, directory: Path,
+            teams: list[TeamPaths]) -> dict[str, Any] | None:
+    """Every team is done but no job run FINISHED: the job was killed while finishing. Complete
+    its newest unfinished runs in place: evaluations it lacks, its time metrics, FINISHED.
+    None when there is no such run (or it lacks an agent run): the caller starts new runs."""
+    c, steps = spec.cfg, int(spec.cfg.train.steps)
+    runs = [r for r in tracker.find_runs(f"tags.config_hash = '{spec.config_hash}' and "
+                                         "tags.`hacrl.kind` = 'job'")
+            if r.info.status in ("KILLED", "FAILED")]
+    if not runs:
+        return None
+    job_run = runs[0].info.run_id
+    children = tracker.find_runs(f"tags.`mlflow.parentRunId` = '{job_run}'")
+    agent_runs = {ch.data.tags.get("model", ""): ch.info.run_id for ch in children}
+    if any(a.name not in agent_runs for a in spec.agents):
+        return None
+    print(f"hacrl: job {spec.config_hash} was killed while finishing; completing its runs "
+          f"(job run {job_run})", file=sys.stderr, flush=True)
+    records = [t.finished(steps) or {} for t in teams]
+    if c.eval.at_end:
+        _evaluate_missing(spec, tracker, directory, agent_runs)
+    if "time/wall_s" not in runs[0].data.metrics:
+        phases = {k: sum(float(r.get("phases", {}).get(k, 0.0)) for r in records)
+                  for k in (*PHASES, "wall_s")}
+        tracker.log_metrics(job_run, {f"time/{k}": v for k, v in phases.items()}, steps)
+    _finish(tracker, list(agent_runs.values()), job_run, "FINISHED")
+    return {"job_run_id": job_run, "agent_run_ids": agent_runs, "run_dir": str(directory),
+            "teams": records, "status": "FINISHED", "repaired": True}
+
+
+def _evaluate_missing(spec: JobSpec, tracker: Tracker, directory: Path,
+                      agent_runs: dict[str, str]) -> None:
+    """Log the final evaluations an agent run lacks (protocols already logged are skipped)."""
+    from hacrl.evaluation.runner import latest_checkpoint
+
+    for agent in spec.agents:
+        if agent.name not in agent_runs:
+            continue  # an agent of another team
+        found = latest_checkpoint(directory, agent.name)
+        model, step = (str(found[1]), found[0]) if found else (agent.path, 0)
+        evaluate_into_run(spec.cfg, model, tracker, agent_runs[agent.name], step)
 
 
 def _identity_tags(spec: JobSpec) -> dict[str, str]:
@@ -242,19 +315,14 @@ def _evaluate_base(spec: JobSpec, tracker: Tracker) -> dict[str, Any]:
             "job_run_id": None, "run_dir": None}
 
 
-def _evaluate_finished(spec: JobSpec, tracker: Tracker, directory: Path) -> dict[str, Any]:
+def _evaluate_finished(spec: JobSpec, tracker: Tracker, directory: Path,
+                       job_run: str) -> dict[str, Any]:
     """A finished job asked for again: log the evaluations it lacks (e.g. another protocol)."""
     from hacrl.evaluation.runner import latest_checkpoint
 
     c = spec.cfg
     if not c.eval.at_end:
         return {}
-    query = (f"tags.config_hash = '{spec.config_hash}' and tags.`hacrl.kind` = 'job' "
-             "and attributes.status = 'FINISHED'")
-    runs = tracker.find_runs(query)
-    if not runs:
-        return {}
-    job_run = runs[0].info.run_id
     children = tracker.find_runs(f"tags.`mlflow.parentRunId` = '{job_run}'")
     agent_runs = {ch.data.tags.get("model", ""): ch.info.run_id for ch in children}
     final: dict[str, dict[str, float]] = {}
@@ -285,14 +353,19 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
               agent_runs: dict[str, str], previous: dict[str, str] | None, bar: tqdm) -> dict:
     c = spec.cfg
     steps = int(c.train.steps)
-    if paths.done.exists():
-        # finished by an earlier run of this job: carry its curves into this run's agent runs
+    if (record := paths.finished(steps)) is not None:
+        # finished by an earlier run of this job: carry its curves and evaluations into this
+        # run's agent runs, and evaluate what they still lack
         for a in team:
             if previous and a.name in previous:
                 tracker.set_tags(agent_runs[a.name], {"hacrl.resumed_at_step": str(steps)})
                 tracker.copy_history(previous[a.name], agent_runs[a.name], steps)
+                tracker.copy_eval_tags(previous[a.name], agent_runs[a.name])
+        if c.eval.at_end:
+            _evaluate_missing(spec, tracker, paths.root.parent,
+                              {a.name: agent_runs[a.name] for a in team})
         bar.update(steps)
-        return json.loads(paths.done.read_text())
+        return record
     setup_start = time.perf_counter()
     seed_everything(int(c.seed))
     agents = [Agent(a.name, _engine(spec, a, i, len(team), paths.root))
@@ -302,12 +375,16 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
                     PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step,
                                    int(c.seed)), grade)
     start = 0
-    latest = paths.latest()
-    if latest is not None:
-        start, ckpt = latest
+
+    def load(folder: Path) -> None:
         for agent in agents:
-            agent.engine.load(ckpt / agent.name)
-        loop.load_state_dict(torch.load(ckpt / "loop.pt", weights_only=False))
+            agent.engine.load(folder / agent.name)
+        loop.load_state_dict(checkpoint.load_state(folder))
+
+    latest = checkpoint.restore(paths.ckpt, load, fresh=f"rerun with force=true to start job "
+                                f"{spec.config_hash} over (this deletes {paths.root.parent})")
+    if latest is not None:
+        start, _ = latest
         for agent in agents:
             tracker.set_tags(agent_runs[agent.name], {"hacrl.resumed_at_step": str(start)})
             if previous and agent.name in previous:
@@ -341,6 +418,8 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
             validate(step)
         if step % int(c.train.save_every) == 0 or step == steps:
             _save_checkpoint(paths, step, agents, loop)
+            if step == steps:
+                faults.point("final_checkpoint")
         bar.set_postfix_str(" ".join(f"{a.name}={m['reward/mean']:.2f}"
                                      for a, m in zip(agents, result.agent_metrics, strict=True)))
         bar.update(1)
@@ -364,14 +443,18 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
                                                              steps, force=True)
                            for k, v in r.metrics.items()}
         agents_done = names
+        faults.point("final_eval")
     else:
         agents_done = [a.name for a in agents]
-    result_json = {"agents": agents_done, "steps": steps, "final": final}
-    paths.root.mkdir(parents=True, exist_ok=True)  # steps=0 (evaluation only) saved nothing yet
-    paths.done.write_text(json.dumps(result_json, indent=1))
     # seconds of this process (not of an earlier, resumed one): for the overhead benchmark
-    return {**result_json, "setup_s": setup_s, "validation_s": validation_s, "train_s": train_s,
-            "eval_s": time.perf_counter() - eval_start}
+    phases = {"setup_s": setup_s, "validation_s": validation_s, "train_s": train_s,
+              "eval_s": time.perf_counter() - eval_start,
+              "wall_s": time.perf_counter() - setup_start}
+    result_json = {"agents": agents_done, "steps": steps, "final": final, "phases": phases}
+    paths.root.mkdir(parents=True, exist_ok=True)  # steps=0 (evaluation only) saved nothing yet
+    write_atomic(paths.done, json.dumps(result_json, indent=1))
+    faults.point("done_json")
+    return {**result_json, **phases}
 
 
 def _release_memory() -> None:
@@ -383,17 +466,15 @@ def _release_memory() -> None:
 
 
 def _save_checkpoint(paths: TeamPaths, step: int, agents: list[Agent], loop: TeamLoop) -> None:
-    """Write into a temporary folder, mark it COMPLETE, then drop older checkpoints."""
-    final = paths.ckpt / f"step_{step:06d}"
-    tmp = paths.ckpt / f".tmp_step_{step:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for agent in agents:
-        agent.engine.save(tmp / agent.name)
-    torch.save(loop.state_dict(), tmp / "loop.pt")
-    (tmp / "COMPLETE").write_text(str(step))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    for old in paths.ckpt.glob("step_*"):
-        if old != final:
-            shutil.rmtree(old, ignore_errors=True)
+    def save_agents(folder: Path) -> None:
+        for agent in agents:
+            agent.engine.save(folder / agent.name)
+
+    checkpoint.save(paths.ckpt, step, save_agents, loop.state_dict())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers see the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -8,6 +8,7 @@ import hydra
 from omegaconf import DictConfig
 
 from hacrl.config import CONFIG_DIR, ConfigError, validate
+from hacrl.errors import HacrlError
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
@@ -28,7 +29,11 @@ def main(cfg: DictConfig) -> object:
     except ConfigError as err:
         print(f"hacrl: config error: {err}", file=sys.stderr)
         sys.exit(2)
-    return run_job(spec)
+    try:
+        return run_job(spec)
+    except HacrlError as err:  # one line for a fault the user can act on
+        print(f"hacrl: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
 
 
 if __name__ == "__main__":

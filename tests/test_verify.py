@@ -240,6 +240,13 @@ def test_batch_agrees_with_hand_written_verdicts() -> None:
     assert verifier.stats["math_verify"] > 0 and verifier.stats["fast_path"] > 0
 
 
+def test_public_equivalent_is_bounded_like_the_pool() -> None:
+    start = time.perf_counter()
+    assert equivalent("2^{10^{100}}", "1", timeout_s=1.0) is False  # a runaway: cut off
+    assert time.perf_counter() - start < 1.0 + 20.0  # the deadline plus a worker's start
+    assert equivalent("\\frac13", "1/3") is True  # and it still grades
+
+
 def test_long_answers_skip_math_verify() -> None:
     long = "x+" * 600 + "1"
     assert equivalent(long, long) is True  # identical: fast path

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from hacrl.algo import SHARES, Denominators, LossBatch
+from hacrl.checkpoint import safe_torch_load
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams, register_engine
 from hacrl.engines.sampling import hf_sample
 from hacrl.rollout import TokenView, eos_id
@@ -146,7 +147,7 @@ class LocalEngine(Engine):
         loaded = AutoModelForCausalLM.from_pretrained(directory / "model",
                                                       dtype=next(self.model.parameters()).dtype)
         self.model.load_state_dict(loaded.state_dict())
-        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+        self.optimizer.load_state_dict(safe_torch_load(directory / "optimizer.pt"))
 
     def memory_metrics(self) -> dict[str, float]:
         return peak_memory_metrics(self.device)

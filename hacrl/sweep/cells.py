@@ -14,6 +14,7 @@ in), and a cell asked for by several grids is trained once and evaluated once pe
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ SWEEP_DIR = CONFIG_DIR / "sweep"  # a link to the repository's sweeps/
 PARAMS = ("pair.name", "algo.alpha", "algo.cross_clip_lower", "algo.delta_step", "train.steps",
           "timing_repeat", "engine.threads")
 GRID_KEYS = ("protocol", "fixed", "cost")
+SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 Compose = Callable[[list[str]], DictConfig]
 
@@ -79,6 +81,10 @@ class Cell:
 
 def sweep_file(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Path:
     """sweeps/<name>.yaml, or <dir>/<name>.yaml of a user's config folder on hydra.searchpath."""
+    if not SWEEP_NAME.fullmatch(name):
+        # the name becomes folder names under the output root (sweeps/<name>, reports/<name>-*)
+        raise ConfigError(f"sweep {name!r}: a sweep name is letters, digits, '_' and '-' (it "
+                          "names folders under output_root)")
     for folder in dirs:
         if (folder / f"{name}.yaml").is_file():
             return folder / f"{name}.yaml"

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from hacrl.sweep.state import cell_state_path, read_json, write_json
+from hacrl.sweep.state import (
+    HEARTBEAT_S,
+    cell_state_path,
+    read_json,
+    write_json,
+)
+from hacrl.tracking import process_started
 
 
 def _log_path() -> str:
@@ -28,6 +35,37 @@ def _log_path() -> str:
         return ""
 
 
+class Heartbeat:
+    """Rewrites the cell's running state every HEARTBEAT_S seconds (a daemon thread), so that a
+    sweep on any host can tell a live job from one whose node, memory or time ran out."""
+
+    def __init__(self, path: Path, state: dict[str, Any]) -> None:
+        self.path, self.state = path, state
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._beat, name="hacrl-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self.write(self.state)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def write(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            write_json(self.path, {**state, "heartbeat": time.time()})
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self.write(self.state)
+            except OSError:  # a full or flaky disk: the next beat tries again
+                pass
+
+
 def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
     from hacrl.config import validate
     from hacrl.job import before_job, run_job
@@ -38,21 +76,28 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
     path = cell_state_path(sweep_dir, str(cfg.cell.id))
     previous = read_json(path)
     state: dict[str, Any] = {"cell": str(cfg.cell.id), "status": "running", "pid": os.getpid(),
+                             "pid_started": process_started(os.getpid()),
                              "host": socket.gethostname(), "log": _log_path(),
                              "started": started, "attempt": int(previous.get("attempt", 0)) + 1}
-    write_json(path, state)
-    try:
-        summary = run_job(validate(cfg), progress=False)
-    except BaseException as err:
-        kind = "killed" if isinstance(err, KeyboardInterrupt) or type(err).__name__ == \
-            "_Terminated" else "failed"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        write_json(path, {**state, "status": kind, "error": f"{type(err).__name__}: {first}",
-                          "ended": time.time(), "seconds": time.time() - started})
-        raise
-    run = summary.get("job_run_id") or ",".join((summary.get("agent_run_ids") or {}).values())
-    write_json(path, {**state, "status": "done", "run": run or "", "ended": time.time(),
-                      "seconds": time.time() - started, "skipped": bool(summary.get("skipped")),
-                      **{k: summary.get(k) for k in ("startup_s", "setup_s", "validation_s",
-                                                     "train_s", "eval_s", "tracking_s")}})
-    return {"cell": str(cfg.cell.id), "status": "done", "run": run}
+    with Heartbeat(path, state):
+        try:
+            summary = run_job(validate(cfg), progress=False)
+        except BaseException as err:
+            kind = "killed" if isinstance(err, KeyboardInterrupt) or type(err).__name__ == \
+                "_Terminated" else "failed"
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            final = {**state, "status": kind, "error": f"{type(err).__name__}: {first}",
+                     "ended": time.time(), "seconds": time.time() - started}
+            error: BaseException | None = err
+        else:
+            run = summary.get("job_run_id") or ",".join(
+                (summary.get("agent_run_ids") or {}).values())
+            final = {**state, "status": "done", "run": run or "", "ended": time.time(),
+                     "seconds": time.time() - started, "skipped": bool(summary.get("skipped")),
+                     **{k: summary.get(k) for k in ("startup_s", "setup_s", "validation_s",
+                                                    "train_s", "eval_s", "tracking_s")}}
+            error = None
+    write_json(path, final)  # after the heartbeat stopped: it cannot overwrite this
+    if error is not None:
+        raise error
+    return {"cell": str(cfg.cell.id), "status": "done", "run": final["run"]}

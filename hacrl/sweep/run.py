@@ -17,8 +17,15 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from hacrl.errors import check_writable
 from hacrl.sweep.cells import SWEEP_DIR, Cell, expand
-from hacrl.sweep.state import cell_status, format_table, write_json, write_manifest
+from hacrl.sweep.state import (
+    cell_status,
+    format_table,
+    reap_cell,
+    write_json,
+    write_manifest,
+)
 from hacrl.tracking import Tracker, resolve_uri
 
 LOCAL_LAUNCHERS = ("LocalLauncher", "BasicLauncher")
@@ -82,6 +89,7 @@ class SweepRun:
         cells = expansion.cells
         first = self.compose([])
         output_root = Path(str(first.output_root)).expanduser().resolve()
+        check_writable(output_root)
         uri = resolve_uri(first.tracking.uri, output_root)
         tracker = Tracker(uri, str(first.tracking.experiment))  # the store exists before any job
         tracker.reap_dead_runs()
@@ -91,6 +99,10 @@ class SweepRun:
             f"state in {self.sweep_dir} ({time.perf_counter() - started:.1f} s)")
 
         before = {c.id: cell_status(c, self.sweep_dir, tracker) for c in cells}
+        for cid, row in before.items():
+            if row["status"] == "killed" and (gone := reap_cell(tracker, cid)):
+                say(f"cell {cid}: its job is gone (no process, no heartbeat); {len(gone)} runs "
+                    "marked KILLED, it runs again")
         skipped = {cid for cid, row in before.items() if row["status"] == "done"}
         elsewhere = {cid for cid, row in before.items() if row["status"] == "running"}
         todo = [c for c in cells if c.id not in skipped | elsewhere]

@@ -2,13 +2,19 @@
 
 <output_root>/sweeps/<name>/            (hydra.sweep.dir)
     manifest.json                       the distinct cells, written before any job starts
-    cells/<cell id>.json                written by the job: running / done / failed, pid, log
+    cells/<cell id>.json                written by the job: running / done / failed, pid, log,
+                                        and a heartbeat every HEARTBEAT_S while it runs
     status.json                         the final table of the last `hacrl sweep`
     .submitit/<job id>/                 submitit's own files and logs (local and SLURM)
 
 "Done" is decided from the artifacts themselves, never from the sweep's memory: a training
 cell is done when its run directory has DONE.json and its agent runs hold every protocol it
 needs (same key); a base cell when each agent's evaluation run holds them.
+
+"Running" is decided by something that expires: on this host the cell's process (pid and its
+start time, so a reused pid does not count), elsewhere its heartbeat, which a lost node, an OOM
+kill or a time limit stops; after DEADLINE_S without one the cell counts as killed, its runs are
+marked KILLED and the next `hacrl sweep` runs it again.
 """
 
 from __future__ import annotations
@@ -16,13 +22,19 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hacrl.checkpoint import read_done
+from hacrl.errors import HacrlError
 from hacrl.sweep.cells import Cell
-from hacrl.tracking import Tracker, _pid_alive
+from hacrl.tracking import Tracker, process_alive
+
+HEARTBEAT_S = 30.0   # a running cell rewrites its state file this often
+DEADLINE_S = 300.0   # ... and counts as dead on another host after this long without it
 
 
 def manifest_path(sweep_dir: Path) -> Path:
@@ -42,10 +54,43 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`; {} when there is none, and a warning when the file is there
+    but is not an object (a damaged or foreign state file counts as no state)."""
     try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError):
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        print(f"hacrl: warning: {path} is not a hacrl state file (damaged?); ignored",
+              file=sys.stderr, flush=True)
+        return {}
+    return data
+
+
+def alive(state: dict[str, Any]) -> bool:
+    """Whether the process a "running" state names still runs (see the module docstring)."""
+    if state.get("host") == socket.gethostname():
+        try:
+            pid = int(state.get("pid") or 0)
+        except (TypeError, ValueError):
+            return False
+        started = state.get("pid_started")
+        return process_alive(pid, float(started) if isinstance(started, int | float) else None)
+    beat = state.get("heartbeat", state.get("started"))
+    return isinstance(beat, int | float) and time.time() - beat < DEADLINE_S
+
+
+def reap_cell(tracker: Tracker, cell_id: str) -> list[str]:
+    """Mark the RUNNING runs of a dead cell KILLED (on any host); return their ids."""
+    killed = []
+    for query in (f"tags.config_hash = '{cell_id}'", f"tags.`hacrl.cell` = '{cell_id}'"):
+        for run in tracker.find_runs(f"attributes.status = 'RUNNING' and {query}"):
+            if run.info.run_id not in killed:
+                tracker.finish(run.info.run_id, "KILLED")
+                killed.append(run.info.run_id)
+    return killed
 
 
 def write_manifest(sweep_dir: Path, name: str, arguments: list[str], cells: list[Cell],
@@ -56,8 +101,19 @@ def write_manifest(sweep_dir: Path, name: str, arguments: list[str], cells: list
 
 
 def read_manifest(sweep_dir: Path) -> tuple[dict[str, Any], list[Cell]]:
-    data = read_json(manifest_path(sweep_dir))
-    return data, [Cell(**c) for c in data.get("cells", [])]
+    path = manifest_path(sweep_dir)
+    data = read_json(path)
+    known = set(Cell.__dataclass_fields__)
+    try:
+        for c in data.get("cells", []):
+            if unknown := set(c) - known:
+                raise HacrlError(f"{path} is not a manifest of this hacrl (unknown key "
+                                 f"{sorted(unknown)[0]!r}); run `hacrl sweep "
+                                 f"{data.get('sweep', '<name>')}` again to rewrite it")
+        return data, [Cell(**c) for c in data.get("cells", [])]
+    except (TypeError, AttributeError) as err:
+        raise HacrlError(f"{path} is damaged ({err}); run `hacrl sweep "
+                         f"{data.get('sweep', '<name>')}` again to rewrite it") from err
 
 
 def _evaluated(tracker: Tracker, run_id: str, cell: Cell) -> bool:
@@ -78,7 +134,7 @@ def artifacts_status(cell: Cell, tracker: Tracker) -> tuple[str, str]:
         return "done", ",".join(ids)
     run_dir = Path(cell.run_dir)
     teams = sorted(run_dir.glob("team-*"))
-    if not teams or not all((t / "DONE.json").exists() for t in teams):
+    if not teams or not all(read_done(t / "DONE.json") is not None for t in teams):
         return "absent", ""
     runs = tracker.find_runs(f"tags.config_hash = '{cell.id}' and tags.`hacrl.kind` = 'job' "
                              "and attributes.status = 'FINISHED'")
@@ -105,8 +161,7 @@ def cell_status(cell: Cell, sweep_dir: Path, tracker: Tracker) -> dict[str, Any]
         return {**row, "status": "done"}
     status = state.get("status", "pending")
     if status == "running":
-        alive = state.get("host") == socket.gethostname() and _pid_alive(int(state.get("pid", 0)))
-        status = "running" if alive or state.get("host") != socket.gethostname() else "killed"
+        status = "running" if alive(state) else "killed"
     elif status == "done":
         status = "incomplete"  # the job ended but its results are not all there (e.g. removed)
     return {**row, "status": status, "error": state.get("error", "")}

@@ -18,11 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hacrl.verify.equivalence import (
-    MAX_ANSWER_CHARS,
-    equivalent,
-    fast_equivalent,
-)
+from hacrl.verify.equivalence import MAX_ANSWER_CHARS, fast_equivalent
 from hacrl.verify.extract import extract_answer, extract_boxed
 from hacrl.verify.normalize import exact_match, normalize_math_string
 from hacrl.verify.pool import GradingPool, Outcome, Task
@@ -152,3 +148,24 @@ def default_verifier(timeout_s: float = 3.0, workers: int = 2,
         if key not in _defaults:
             _defaults[key] = Verifier(*key)
         return _defaults[key]
+
+
+def equivalent(pred: str, gold: str, max_chars: int = MAX_ANSWER_CHARS,
+               timeout_s: float = 3.0) -> bool:
+    """Whether answer `pred` equals reference `gold`, under the same bounds as `Verifier`.
+
+    Fast paths in this process; answers longer than `max_chars` by normalised exact match; the
+    rest in a worker of the shared pool (`default_verifier`) with a `timeout_s` deadline and the
+    tripwire armed: a runaway or refused grade is False, and this call returns within about
+    `timeout_s` whatever the text.
+    """
+    if not isinstance(pred, str) or not isinstance(gold, str):
+        return False
+    fast = fast_equivalent(pred, gold)
+    if fast is not None:
+        return fast
+    if len(pred) > max_chars or len(gold) > max_chars:
+        return False  # normalised strings differ (fast path above), so exact match failed
+    verifier = default_verifier(timeout_s, max_answer_chars=max_chars)
+    (outcome,) = verifier.pool.run([("grade", (pred, gold))])
+    return bool(outcome.value) and not outcome.timed_out and outcome.error is None

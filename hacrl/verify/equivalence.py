@@ -30,7 +30,7 @@ from typing import Any
 from hacrl.verify.normalize import exact_match
 from hacrl.verify.tripwire import UnsafeEvaluation, armed
 
-__all__ = ["MAX_ANSWER_CHARS", "equivalent", "fast_equivalent", "load_math_verify",
+__all__ = ["MAX_ANSWER_CHARS", "fast_equivalent", "load_math_verify",
            "math_verify_equal"]
 
 MAX_ANSWER_CHARS = 1000  # longer answers are judged by normalised exact match only
@@ -101,8 +101,9 @@ def math_verify_equal(pred: str, gold: str) -> bool:
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
 
 
-def equivalent(pred: str, gold: str, max_chars: int = MAX_ANSWER_CHARS) -> bool:
-    """Whether answer `pred` equals reference `gold`, graded in this process.
+def _equivalent_in_process(pred: str, gold: str, max_chars: int = MAX_ANSWER_CHARS) -> bool:
+    """Whether answer `pred` equals reference `gold`, graded in this process (private: the
+    public `hacrl.verify.equivalent` runs math-verify in a bounded worker instead).
 
     Fast paths first; answers longer than `max_chars` are judged by normalised exact match; the
     rest go to math-verify with the tripwire armed (a refused evaluation grades False). There is

@@ -1,0 +1,329 @@
+"""A team's checkpoints: written atomically, verified before use, never unpickled blindly.
+
+Layout of `<run dir>/team-<i>/ckpt/`:
+    step_<t>/<agent>/...        what each engine saves (HF model, optimizer, verl shards)
+    step_<t>/loop.json          the loop's state (capability history, RNG states) as tagged JSON
+    step_<t>/COMPLETE           JSON: {"format", "step", "files": {relative path: [bytes, sha256]}}
+    .tmp_step_<t>/              a checkpoint being written (ignored, removed by the next save)
+and next to it `team-<i>/DONE.json`, the record of a finished team (`read_done`).
+
+Why this shape:
+- A checkpoint is written into a temporary folder and renamed into place only after COMPLETE
+  (with the size and hash of every file) is written, so a kill while saving leaves the previous
+  checkpoint as the latest. The `KEEP` newest checkpoints are kept, so a latest checkpoint
+  damaged after it was written (a truncated file, a bad disk) falls back to the one before.
+- Nothing from disk is unpickled by hacrl, and pickles other code loads (verl's
+  `torch.load(weights_only=False)` of its shards) are audited first: every global a pickle
+  names must be on an allow-list of tensor-rebuilding functions and plain types. Anyone who can
+  write into a shared output root could otherwise run code in every job that resumes there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickletools
+import shutil
+import sys
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hacrl.errors import CheckpointError
+
+FORMAT = 2
+KEEP = 2  # the latest checkpoint and the one before it (the fallback)
+STATE_FILE = "loop.json"
+MARK = "COMPLETE"
+
+# -- the loop's state as JSON -------------------------------------------------------------------
+
+
+def encode_state(value: Any) -> Any:
+    """A state dict of tensors, arrays, tuples and plain values -> JSON-safe values (tagged)."""
+    if isinstance(value, torch.Tensor):
+        return {"__tensor__": str(value.dtype).removeprefix("torch."),
+                "shape": list(value.shape), "data": value.detach().cpu().flatten().tolist()}
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.dtype.str, "shape": list(value.shape),
+                "data": value.flatten().tolist()}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return {"__tuple__": [encode_state(v) for v in value]}
+    if isinstance(value, list):
+        return [encode_state(v) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"state keys must be strings, got {list(value)[:3]}")
+        return {k: encode_state(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"cannot store a {type(value).__name__} in a checkpoint's JSON state")
+
+
+def decode_state(value: Any) -> Any:
+    """Inverse of `encode_state`: builds tensors, arrays and tuples, nothing else."""
+    if isinstance(value, list):
+        return [decode_state(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__tensor__" in value:
+        dtype = getattr(torch, str(value["__tensor__"]))
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"unknown tensor dtype {value['__tensor__']!r}")
+        return torch.tensor(value["data"], dtype=dtype).reshape(value["shape"])
+    if "__ndarray__" in value:
+        return np.array(value["data"], dtype=np.dtype(str(value["__ndarray__"]))).reshape(
+            value["shape"])
+    if "__tuple__" in value:
+        return tuple(decode_state(v) for v in value["__tuple__"])
+    return {k: decode_state(v) for k, v in value.items()}
+
+
+# -- pickles other code loads ---------------------------------------------------------------------
+
+# Globals a torch checkpoint may name: tensor/storage rebuilding, DTensor metadata (verl's FSDP
+# shards), numpy arrays (RNG states) and plain containers. Anything else (os.system, eval,
+# subprocess, builtins.exec, torch.hub.load, ...) makes the file refused unread.
+SAFE_GLOBALS = {
+    ("collections", "OrderedDict"), ("_codecs", "encode"), ("builtins", "set"),
+    ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex"),
+    ("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("torch", "Size"), ("torch", "device"), ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"), ("torch._utils", "_rebuild_wrapper_subclass"),
+    ("torch._utils", "_rebuild_tensor_v3"), ("torch._tensor", "_rebuild_from_type_v2"),
+    ("torch.serialization", "_get_layout"), ("torch.nn.parameter", "Parameter"),
+    ("torch.distributed.tensor", "DTensor"),
+    ("torch.distributed.tensor._dtensor_spec", "DTensorSpec"),
+    ("torch.distributed.tensor._dtensor_spec", "TensorMeta"),
+    ("torch.distributed.tensor._dtensor_spec", "ShardOrderEntry"),
+    ("torch.distributed.tensor.placement_types", "Shard"),
+    ("torch.distributed.tensor.placement_types", "Replicate"),
+    ("torch.distributed.tensor.placement_types", "Partial"),
+    ("torch.distributed.device_mesh", "DeviceMesh"),
+    ("torch.distributed._mesh_layout", "_MeshLayout"),
+    ("torch.distributed._mesh_layout", "_FlatLayout"),
+}
+
+
+def _safe_global(module: str, name: str) -> bool:
+    if (module, name) in SAFE_GLOBALS:
+        return True
+    # torch.FloatStorage, torch.float32, ...: storage classes and dtypes, looked up by name only
+    return module == "torch" and (name.endswith("Storage") or
+                                  isinstance(getattr(torch, name, None), torch.dtype))
+
+
+def _pickle_globals(data: bytes) -> Iterator[tuple[str, str]]:
+    """(module, name) of every global a pickle refers to, read without unpickling anything.
+
+    Protocol 2 (torch.save's) names globals inline (GLOBAL); protocol 4+ takes them from the
+    two values pushed just before STACK_GLOBAL, directly or from the memo. A name that cannot be
+    followed is reported as "?" (and so refused): the audit fails closed."""
+    recent: list[str | None] = []  # what each opcode pushed: a string, or None for other values
+    memo: dict[int, str | None] = {}
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL":
+            module, _, name = str(arg).partition(" ")
+            yield module, name
+        elif op.name == "STACK_GLOBAL":
+            pair = recent[-2:]
+            yield (pair[0] or "?", pair[1] or "?") if len(pair) == 2 else ("?", "?")
+        elif op.name in ("INST", "OBJ"):
+            yield "?", str(arg)  # old-style instance creation: never in a tensor file
+        elif op.name == "MEMOIZE":
+            memo[len(memo)] = recent[-1] if recent else None
+        elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[int(arg or 0)] = recent[-1] if recent else None
+        elif op.name in ("GET", "BINGET", "LONG_BINGET"):
+            recent.append(memo.get(int(arg or 0)))
+        elif "UNICODE" in op.name or op.name.endswith("STRING"):
+            recent.append(str(arg))
+        elif op.name not in ("FRAME", "PROTO"):
+            recent.append(None)
+
+
+def audit_pickle(path: Path) -> None:
+    """Raise CheckpointError if a torch/pickle file names a global outside `SAFE_GLOBALS`."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                blobs = [archive.read(n) for n in archive.namelist() if n.endswith(".pkl")]
+        else:
+            blobs = [path.read_bytes()]
+        for blob in blobs:
+            for module, name in _pickle_globals(blob):
+                if not _safe_global(module, name):
+                    raise CheckpointError(
+                        f"{path} refers to {module}.{name}, which a checkpoint never holds; it "
+                        "was not loaded (a planted or foreign file?)")
+    except (zipfile.BadZipFile, ValueError, EOFError) as err:
+        raise CheckpointError(f"{path} is not a readable torch file ({err})") from err
+
+
+def safe_torch_load(path: Path) -> Any:
+    """torch.load restricted to tensors and plain containers (never runs pickled code)."""
+    audit_pickle(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(f"{path} could not be loaded safely ({type(err).__name__}); "
+                              "it was not used") from err
+
+
+def read_done(path: Path, steps: int | None = None) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        ok = (isinstance(record, dict) and isinstance(record.get("agents"), list)
+              and isinstance(record.get("final"), dict)
+              and (steps is None or record.get("steps") == steps))
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
+        print(f"hacrl: warning: {path} is damaged or from another config; the team counts as not "
+              "finished", file=sys.stderr, flush=True)
+        return None
+    return dict(record)
+
+
+def damaged_weights(model_dir: Path) -> str | None:
+    """Why a Hugging Face model folder cannot be loaded (config.json unreadable, a safetensors
+    file shorter than its header says), or None. Reads headers only: fast at any model size."""
+    try:
+        json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError) as err:
+        return f"{model_dir / 'config.json'} is unreadable ({type(err).__name__})"
+    for path in sorted(model_dir.glob("*.safetensors")):
+        size = path.stat().st_size
+        try:
+            with path.open("rb") as f:
+                header_len = int.from_bytes(f.read(8), "little")
+                if header_len <= 0 or 8 + header_len > size:
+                    raise ValueError
+                header = json.loads(f.read(header_len))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items()
+                       if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, IndexError):
+            return f"{path} has no valid safetensors header (truncated or not safetensors)"
+        if size < 8 + header_len + end:
+            return f"{path} is truncated ({size} of {8 + header_len + end} bytes)"
+    return None
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    # links (verl's `model` -> `verl/huggingface`) point at files listed under their own name
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()
+                  and p.name != MARK)
+
+
+def step_dir(ckpt_root: Path, step: int) -> Path:
+    return ckpt_root / f"step_{step:06d}"
+
+
+def save(ckpt_root: Path, step: int, save_agents: Callable[[Path], None],
+         state: dict[str, Any]) -> Path:
+    """Write step `step`: agents (by `save_agents(folder)`), the loop state, then COMPLETE with
+    each file's size and hash; rename into place; keep the `KEEP` newest complete ones."""
+    final = step_dir(ckpt_root, step)
+    tmp = ckpt_root / f".tmp_{final.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_agents(tmp)
+    (tmp / STATE_FILE).write_text(json.dumps(encode_state(state)))
+    files = {str(p.relative_to(tmp)): [p.stat().st_size, sha256(p)] for p in _files(tmp)}
+    (tmp / MARK).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for _, old in complete(ckpt_root)[KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+def complete(ckpt_root: Path) -> list[tuple[int, Path]]:
+    """Checkpoints marked complete, newest first (not yet verified)."""
+    found = []
+    for path in ckpt_root.glob("step_*"):
+        step = path.name.removeprefix("step_")
+        if step.isdigit() and (path / MARK).is_file():
+            found.append((int(step), path))
+    return sorted(found, reverse=True)
+
+
+def verify(folder: Path) -> None:
+    """Raise CheckpointError naming the first file that is missing, short or changed."""
+    try:
+        mark = json.loads((folder / MARK).read_text())
+        files = dict(mark["files"])
+        if mark.get("format") != FORMAT:
+            raise ValueError
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{folder / MARK} is not a hacrl checkpoint record of format "
+                              f"{FORMAT} (written by an older hacrl, or damaged)") from err
+    for name, (size, digest) in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            raise CheckpointError(f"{path} is missing")
+        if path.stat().st_size != size:
+            raise CheckpointError(f"{path} has {path.stat().st_size} bytes, {size} were written")
+        if sha256(path) != digest:
+            raise CheckpointError(f"{path} changed since it was written (sha256 differs)")
+    for path in _files(folder):
+        if str(path.relative_to(folder)) not in files:
+            raise CheckpointError(f"{path} was not part of the checkpoint when it was written")
+        if path.suffix in (".pt", ".pth", ".bin", ".pkl"):
+            audit_pickle(path)
+
+
+def load_state(folder: Path) -> dict[str, Any]:
+    state = decode_state(json.loads((folder / STATE_FILE).read_text()))
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{folder / STATE_FILE} does not hold a state dict")
+    return state
+
+
+def restore(ckpt_root: Path, load: Callable[[Path], None], fresh: str) -> tuple[int, Path] | None:
+    """Load the newest usable checkpoint with `load(folder)`; None if there is none at all.
+
+    A damaged newest checkpoint falls back to the previous one with a warning; when none is
+    usable, one CheckpointError names the bad file and says how to start over (`fresh`)."""
+    problems = []
+    for step, folder in complete(ckpt_root):
+        try:
+            verify(folder)
+            load(folder)
+        except CheckpointError as err:
+            problems.append(str(err))
+        except Exception as err:  # an engine's own loader failed on a file that verified
+            problems.append(f"{folder} could not be loaded ({type(err).__name__}: "
+                            f"{str(err).strip().splitlines()[0] if str(err).strip() else ''})")
+        else:
+            for problem in problems:
+                print(f"hacrl: warning: checkpoint skipped: {problem}; resuming from step {step}",
+                      file=sys.stderr, flush=True)
+            return step, folder
+    if problems:
+        raise CheckpointError(f"no usable checkpoint in {ckpt_root}: {problems[0]}; {fresh}")
+    return None

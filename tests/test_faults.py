@@ -1,0 +1,453 @@
+"""Faults and bad input: each ends in one line, a stated exit code, quickly, and removes nothing
+the user had. Checkpoints (planted pickles, damage, fallback), DONE.json, the finishing
+sequence killed at every point, sweep state that expires, report destinations, zoo models.
+`scripts/fault_campaign.py` runs the longer version and prints a table."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from hacrl import checkpoint
+from hacrl.errors import CheckpointError
+from hacrl.faults import FINISHING
+
+# a job with no evaluation and no validation: seconds, and the checkpoint logic is all there
+QUICK = ("train.steps=2", "train.save_every=1", "train.prompts_per_step=2",
+         "train.minibatch_prompts=2", "train.rollouts_per_prompt=2", "rollout.max_new_tokens=8",
+         "validation.every=0", "eval.at_end=false")
+AGENTS = ["qwen3-1.7b-base", "qwen3-4b-base"]
+
+
+def _client(root: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+
+
+def _runs(root: Path, query: str = "") -> list:
+    client = _client(root)
+    exp = client.get_experiment_by_name("hacrl")
+    return list(client.search_runs([exp.experiment_id], query)) if exp else []
+
+
+Hacrl = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def hacrl(hacrl_cmd, cli_env, tmp_path) -> Hacrl:
+    """`hacrl <args>` in a subprocess (its own cwd); the result carries `.seconds`."""
+
+    def run(*args: str, root: Path, env: dict[str, str] | None = None, zoo: Path | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+        tic = time.perf_counter()
+        out = subprocess.run([*hacrl_cmd, *args], env={**cli_env(root, zoo), **(env or {})},
+                             capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+        out.seconds = time.perf_counter() - tic  # type: ignore[attr-defined]
+        return out
+
+    return run
+
+
+def _one_line(out: subprocess.CompletedProcess) -> str:
+    """The user-facing error line; fails if stderr holds a traceback."""
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("hacrl:")
+             and "warning" not in ln]
+    assert len(lines) == 1, out.stderr[-3000:]
+    return lines[0]
+
+
+def _ckpts(root: Path) -> list[Path]:
+    return sorted(root.glob("runs/*/team-0/ckpt/step_*"), reverse=True)
+
+
+def _train(hacrl: Hacrl, root: Path, *extra: str, env: dict[str, str] | None = None):
+    return hacrl("train", *QUICK, f"output_root={root}", *extra, root=root, env=env)
+
+
+def _train_here(root: Path, capsys, *extra: str) -> subprocess.CompletedProcess:
+    """`hacrl train` in this process (no interpreter start: the reruns of these tests)."""
+    from hacrl.cli import main
+
+    capsys.readouterr()
+    tic = time.perf_counter()
+    code = main(["train", *QUICK, f"output_root={root}", *extra])
+    captured = capsys.readouterr()
+    out = subprocess.CompletedProcess(["hacrl", "train"], code, captured.out, captured.err)
+    out.seconds = time.perf_counter() - tic  # type: ignore[attr-defined]
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained_root(tmp_path_factory, hacrl_cmd, micro_zoo, data_root, mlflow_template) -> Path:
+    """One finished QUICK job (two checkpoints), trained once; tests work on copies."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("trained") / "out"
+    root.mkdir()
+    shutil.copy(mlflow_template, root / "mlflow.db")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(HACRL_ZOO_DIR=str(micro_zoo), HACRL_DATA=str(data_root))
+    out = subprocess.run([*hacrl_cmd, "train", *QUICK, f"output_root={root}"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root
+
+
+@pytest.fixture
+def copied(trained_root, tmp_path, job_env) -> Path:
+    """A copy of the trained output root; jobs in this process see the micro zoo."""
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(trained_root, root)
+    return root
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+
+
+class Planted:
+    """Runs `touch <marker>` when unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _rewrite_record(folder: Path) -> None:
+    """What an attacker with write access would do: make the COMPLETE record match."""
+    record = json.loads((folder / "COMPLETE").read_text())
+    record["files"] = {str(p.relative_to(folder)): [p.stat().st_size, checkpoint.sha256(p)]
+                       for p in folder.rglob("*") if p.is_file() and p.name != "COMPLETE"}
+    (folder / "COMPLETE").write_text(json.dumps(record))
+
+
+def test_a_planted_pickle_is_refused_and_runs_nothing(copied, tmp_path, capsys):
+    root = copied
+    marker = tmp_path / "PWNED"
+    for folder in _ckpts(root):  # every checkpoint planted, records rewritten to match
+        for name in AGENTS:
+            torch_file = folder / name / "optimizer.pt"
+            torch_file.write_bytes(pickle.dumps(Planted(marker), protocol=2))
+        (folder / "loop.pt").write_bytes(pickle.dumps(Planted(marker), protocol=4))
+        _rewrite_record(folder)
+    next(root.glob("runs/*/team-0/DONE.json")).unlink()  # so the rerun resumes from them
+
+    again = _train_here(root, capsys)
+    line = _one_line(again)
+    assert again.returncode == 1 and "no usable checkpoint" in line and "posix.system" in line
+    assert "force=true" in line
+    assert not marker.exists()
+    assert again.seconds < 60
+    assert len(_ckpts(root)) == 2  # nothing deleted
+
+
+def test_audit_reads_globals_without_unpickling(tmp_path) -> None:
+    marker = tmp_path / "PWNED"
+    for protocol in (2, 4, 5):
+        path = tmp_path / f"p{protocol}.pt"
+        path.write_bytes(pickle.dumps({"x": [Planted(marker)]}, protocol=protocol))
+        with pytest.raises(CheckpointError, match="posix.system"):
+            checkpoint.safe_torch_load(path)
+    import numpy as np
+    import torch
+
+    torch.save({"state": {0: {"exp_avg": torch.zeros(3)}}, "rng": np.random.get_state()},
+               tmp_path / "fine.pt")
+    checkpoint.audit_pickle(tmp_path / "fine.pt")
+    assert not marker.exists()
+
+
+def test_loop_state_round_trips_through_json() -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    from hacrl.loop import rng_state, set_rng_state
+
+    state = {"capability": {"history": [[0.5, 0.25]], "n_agents": 2}, "rng": rng_state()}
+    decoded = checkpoint.decode_state(json.loads(json.dumps(checkpoint.encode_state(state))))
+    expected = (torch.rand(3), random.random(), np.random.rand())
+    set_rng_state(decoded["rng"])
+    assert torch.equal(torch.rand(3), expected[0])
+    assert (random.random(), np.random.rand()) == expected[1:]
+    assert decoded["capability"] == state["capability"]
+
+
+def test_save_keeps_two_and_verify_names_the_damaged_file(tmp_path) -> None:
+    import torch
+
+    def agents(folder: Path) -> None:
+        (folder / "a").mkdir()
+        torch.save({"state": {0: torch.ones(64)}}, folder / "a" / "optimizer.pt")
+
+    for step in (1, 2, 3):
+        checkpoint.save(tmp_path, step, agents, {"rng": torch.get_rng_state()})
+    kept = checkpoint.complete(tmp_path)
+    assert [s for s, _ in kept] == [3, 2]
+    for _, folder in kept:
+        checkpoint.verify(folder)
+    damaged = kept[0][1] / "a" / "optimizer.pt"
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    with pytest.raises(CheckpointError, match=r"a/optimizer.pt has \d+ bytes"):
+        checkpoint.verify(kept[0][1])
+    (kept[1][1] / "a" / "extra.pt").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="was not part of the checkpoint"):
+        checkpoint.verify(kept[1][1])
+    loaded: list[Path] = []
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        checkpoint.restore(tmp_path, loaded.append, fresh="start over")
+    assert loaded == []  # nothing loaded from a checkpoint that did not verify
+
+
+@pytest.mark.parametrize("damage", ["model", "loop"])
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous(copied, capsys, damage):
+    root = copied
+    newest, previous = _ckpts(root)
+    target = {"model": newest / AGENTS[0] / "model" / "model.safetensors",
+              "optimizer": newest / AGENTS[1] / "optimizer.pt",
+              "loop": newest / "loop.json"}[damage]
+    target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])  # truncated
+    next(root.glob("runs/*/team-0/DONE.json")).unlink()
+
+    again = _train_here(root, capsys)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "checkpoint skipped" in again.stderr and target.name in again.stderr
+    assert "resuming from step 1" in again.stderr
+    jobs = sorted(_runs(root, "tags.`hacrl.kind` = 'job'"), key=lambda r: r.info.start_time)
+    assert [r.info.status for r in jobs][-1] == "FINISHED"
+    kids = _runs(root, f"tags.`mlflow.parentRunId` = '{jobs[-1].info.run_id}'")
+    assert {r.data.tags["hacrl.resumed_at_step"] for r in kids} == {"1"}
+    # the re-trained step 2 replaced the damaged one; step 1 is still there
+    assert [p.name for p in _ckpts(root)] == ["step_000002", "step_000001"]
+    checkpoint.verify(_ckpts(root)[0])
+
+
+def test_no_usable_checkpoint_is_one_line_and_deletes_nothing(copied, capsys):
+    root = copied
+    for folder in _ckpts(root):
+        weights = folder / AGENTS[0] / "model" / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+    next(root.glob("runs/*/team-0/DONE.json")).unlink()
+    before = sorted(p for p in root.rglob("*") if p.is_file() and "mlflow" not in p.name)
+
+    again = _train_here(root, capsys)
+    line = _one_line(again)
+    assert again.returncode == 1 and "model.safetensors" in line and "force=true" in line
+    assert again.seconds < 60
+    after = sorted(p for p in root.rglob("*") if p.is_file() and "mlflow" not in p.name)
+    assert set(before) <= set(after)
+
+
+@pytest.mark.parametrize("content", ["", "{not json", "[1, 2]", '{"steps": 99}',
+                                     '{"steps": 2, "agents": "x", "final": {}}'])
+def test_read_done_accepts_only_a_whole_record(tmp_path, content, capsys):
+    path = tmp_path / "DONE.json"
+    path.write_text(content)
+    assert checkpoint.read_done(path, steps=2) is None
+    assert "is damaged" in capsys.readouterr().err
+    path.write_text(json.dumps({"steps": 2, "agents": ["a"], "final": {}}))
+    assert checkpoint.read_done(path, steps=2) == {"steps": 2, "agents": ["a"], "final": {}}
+
+
+def test_a_damaged_done_json_means_not_done(copied, capsys):
+    root = copied
+    done = next(root.glob("runs/*/team-0/DONE.json"))
+    done.write_text("")  # e.g. a full disk while it was written by an older hacrl
+    again = _train_here(root, capsys)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "DONE.json is damaged" in again.stderr and "already finished" not in again.stderr
+    assert json.loads(done.read_text())["steps"] == 2  # written again, whole
+    assert not _runs(root, "attributes.status = 'RUNNING'")
+
+
+# -- the finishing sequence, killed at every point -----------------------------------------------
+
+
+@pytest.mark.parametrize("point", FINISHING)
+def test_a_kill_at_any_point_of_finishing_is_repaired(hacrl, new_output_root, job_env, capsys,
+                                                      point):
+    """Killed at `point` (SIGKILL: no cleanup), the job's rerun ends FINISHED with every final
+    evaluation in its agent runs and no run left RUNNING, and a third run says "finished"."""
+    root = new_output_root()
+    evaluated = ["eval.at_end=true", "eval.benchmarks=[tiny_gsm8k]"]
+    killed = _train(hacrl, root, *evaluated, env={"HACRL_FAULT": point})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    again = _train_here(root, capsys, *evaluated)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert not _runs(root, "attributes.status = 'RUNNING'")
+    finished = _runs(root, "tags.`hacrl.kind` = 'job' and attributes.status = 'FINISHED'")
+    assert len(finished) == 1
+    kids = _runs(root, f"tags.`mlflow.parentRunId` = '{finished[0].info.run_id}'")
+    assert sorted(r.data.tags["model"] for r in kids) == AGENTS
+    for kid in kids:
+        assert kid.info.status == "FINISHED" and kid.data.tags.get("hacrl.eval.main.key")
+        assert "eval/main/tiny_gsm8k/acc" in kid.data.metrics
+    assert "time/wall_s" in finished[0].data.metrics
+    if point == "done_json":  # the point that used to wedge every rerun: now it is finished
+        third = _train_here(root, capsys, *evaluated)
+        assert third.returncode == 0 and "already finished" in third.stderr
+
+
+# -- sweep state ---------------------------------------------------------------------------------
+
+
+def _cell(cell_id: str, run_dir: Path):
+    from hacrl.sweep.cells import Cell
+
+    return Cell(id=cell_id, overrides=[], method="gspo", agents=["a"], seed=0,
+                run_dir=str(run_dir))
+
+
+def _tracker(root: Path):
+    from hacrl.tracking import Tracker
+
+    return Tracker(f"sqlite:///{root / 'mlflow.db'}", "hacrl")
+
+
+@pytest.mark.parametrize("state", [
+    {"host": "node-that-died", "heartbeat_age": 3600},       # lost node / OOM / time limit
+    {"host": "this", "pid": "self", "pid_started": 12345.0},  # our pid, someone else's process
+    {"host": "this", "pid": 2**22 + 7},                       # no such process
+])
+def test_a_dead_cell_expires_and_its_runs_are_killed(new_output_root, state, capsys):
+    from hacrl.sweep.state import cell_state_path, cell_status, reap_cell, write_json
+
+    root = new_output_root()
+    sweep_dir = root / "sweeps" / "x"
+    tracker = _tracker(root)
+    host = socket.gethostname() if state["host"] == "this" else state["host"]
+    run = tracker.start_run("job", {"config_hash": "c1", "hacrl.kind": "job", "hacrl.host": host})
+    record = {"status": "running", "host": host, "started": time.time() - 7200,
+              "heartbeat": time.time() - state.get("heartbeat_age", 0),
+              "pid": os.getpid() if state.get("pid") == "self" else state.get("pid", 1),
+              "pid_started": state.get("pid_started")}
+    write_json(cell_state_path(sweep_dir, "c1"), record)
+    row = cell_status(_cell("c1", root / "runs" / "c1"), sweep_dir, tracker)
+    assert row["status"] == "killed"
+    assert reap_cell(tracker, "c1") == [run]
+    assert tracker.client.get_run(run).info.status == "KILLED"
+
+
+def test_a_live_cell_elsewhere_still_counts_as_running(new_output_root):
+    from hacrl.sweep.state import cell_state_path, cell_status, write_json
+
+    root = new_output_root()
+    sweep_dir = root / "sweeps" / "x"
+    write_json(cell_state_path(sweep_dir, "c1"), {"status": "running", "host": "other-node",
+                                                   "pid": 1, "heartbeat": time.time() - 5})
+    row = cell_status(_cell("c1", root / "runs" / "c1"), sweep_dir, _tracker(root))
+    assert row["status"] == "running"
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "\"running\"", "{truncated", ""])
+def test_a_damaged_state_file_is_no_state(new_output_root, content, capsys):
+    from hacrl.sweep.state import cell_state_path, cell_status
+
+    root = new_output_root()
+    sweep_dir = root / "sweeps" / "x"
+    path = cell_state_path(sweep_dir, "c1")
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    row = cell_status(_cell("c1", root / "runs" / "c1"), sweep_dir, _tracker(root))
+    assert row["status"] == "pending"
+    assert "not a hacrl state file" in capsys.readouterr().err
+
+
+def test_a_manifest_with_unknown_keys_is_one_line(hacrl, tmp_path):
+    sweep_dir = tmp_path / "sweeps" / "table1"
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "manifest.json").write_text(json.dumps(
+        {"sweep": "table1", "tracking_uri": "sqlite:///x", "cells": [{"id": "a", "bogus": 1}]}))
+    out = hacrl("status", "table1", f"output_root={tmp_path}", root=tmp_path)
+    line = _one_line(out)
+    assert out.returncode == 1 and "unknown key 'bogus'" in line and "hacrl sweep table1" in line
+
+
+# -- outputs -------------------------------------------------------------------------------------
+
+
+def test_report_never_replaces_a_folder_it_did_not_write(hacrl, new_output_root, tmp_path):
+    root = new_output_root()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    for out in (str(mine), "."):  # `.`: the cwd (tmp_path), which holds `mine`
+        result = hacrl("report", "table1", "--out", out, f"output_root={root}", root=root)
+        line = _one_line(result)
+        assert result.returncode == 1 and "not written by hacrl report" in line, line
+        assert result.seconds < 30
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    assert not _runs(root, "tags.`hacrl.kind` = 'report'")
+
+
+def test_sweep_and_report_names_cannot_leave_the_output_root(hacrl, tmp_path):
+    for command in ("report", "sweep"):
+        out = hacrl(command, "../../escape", f"output_root={tmp_path / 'out'}", root=tmp_path)
+        line = _one_line(out)
+        assert out.returncode == 2 and "sweep name" in line
+    assert not (tmp_path / "escape").exists() and not list(tmp_path.parent.glob("escape*"))
+
+
+def test_report_of_an_empty_store_is_an_error_and_creates_nothing(hacrl, tmp_path):
+    root = tmp_path / "empty"
+    out = hacrl("report", "table1", f"output_root={root}", root=root)
+    line = _one_line(out)
+    assert out.returncode == 1 and "no MLflow store" in line and "hacrl sweep" in line
+    assert not (root / "mlflow.db").exists() and not (root / "reports").exists()
+
+
+def test_report_of_a_store_without_runs_is_an_error(hacrl, new_output_root):
+    root = new_output_root()  # a store with its tables, no runs
+    out = hacrl("report", "table1", f"output_root={root}", root=root)
+    line = _one_line(out)
+    assert out.returncode == 1 and "no runs in" in line and "hacrl sweep table1" in line
+    assert not (root / "reports").exists() and not _runs(root)
+
+
+def test_report_replaces_its_own_previous_report(tmp_path):
+    from analysis.report import MARKER, _swap_in
+
+    folder = tmp_path / "reports" / "table1-tiny"
+    for generation in ("old", "new"):
+        tmp = tmp_path / "reports" / f".tmp-{generation}"
+        tmp.mkdir(parents=True)
+        (tmp / "index.html").write_text(generation)
+        (tmp / MARKER).write_text("")
+        _swap_in(tmp, folder)
+    assert (folder / "index.html").read_text() == "new"
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["table1-tiny"]
+
+
+def test_an_unwritable_output_root_is_one_line(hacrl, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = _train(hacrl, blocker / "out")  # a folder under a file can never be made
+    line = _one_line(out)
+    assert out.returncode == 1 and "is not writable" in line and "output_root=" in line
+    assert out.seconds < 30
+
+
+def test_a_truncated_zoo_model_is_one_line(hacrl, micro_zoo, tmp_path):
+    import shutil
+
+    zoo = tmp_path / "zoo"
+    shutil.copytree(micro_zoo, zoo)
+    weights = zoo / AGENTS[0] / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])  # a copy cut short
+    out = hacrl("train", "--dry-run", f"output_root={tmp_path / 'out'}", root=tmp_path, zoo=zoo)
+    line = _one_line(out)
+    assert out.returncode == 2 and "model.safetensors is truncated" in line
+    assert f"hacrl zoo build --force {AGENTS[0]}" in line
