@@ -16,6 +16,7 @@ can be browsed in the MLflow UI next to the runs it summarises.
 from __future__ import annotations
 
 import html
+import json
 import shutil
 import sys
 import tempfile
@@ -123,19 +124,23 @@ def check_destination(folder: Path) -> None:
         raise OutputError(f"report folder {folder} exists and is not a folder; choose another "
                           "--out")
     if folder.is_dir() and any(folder.iterdir()) and not _ours(folder):
-        raise OutputError(f"report folder {folder} exists and was not written by hacrl report "
-                          f"(no {MARKER} in it); nothing was changed: choose a new or empty "
+        raise OutputError(f"report folder {folder} exists and holds files hacrl report did not "
+                          f"write (see {MARKER}); nothing was changed: choose a new or empty "
                           "--out, or remove it yourself")
 
 
+def _tree(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.name != MARKER}
+
+
 def _ours(folder: Path) -> bool:
-    """A report folder hacrl wrote: its marker, or (reports from before the marker) nothing
-    but the files a report consists of."""
-    names = {p.name for p in folder.iterdir()}
-    return MARKER in names or ("index.html" in names and names <= REPORT_FILES)
-
-
-REPORT_FILES = {"index.html", "report.md", "runs.csv", "tables", "figures"}
+    """A folder hacrl report wrote and nobody added to since: its marker lists every file and
+    folder the report made, and nothing else is there (a user's `.git`, notes, ...)."""
+    try:
+        made = set(json.loads((folder / MARKER).read_text())["entries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return _tree(folder) <= made
 
 
 def _swap_in(tmp: Path, folder: Path) -> None:
@@ -180,8 +185,9 @@ def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
         (tmp / "report.md").write_text(_markdown(title, tables, figures, undrawn, found_claims))
         (tmp / "index.html").write_text(_html(title, ctx, tables, figures, undrawn,
                                               found_claims))
-        (tmp / MARKER).write_text(f"hacrl report of sweep {sweep}; this folder is replaced by "
-                                  "the next report of the same sweep and scale\n")
+        (tmp / MARKER).write_text(json.dumps({
+            "note": f"hacrl report of sweep {sweep}: the next report replaces this folder as "
+                    "long as it holds only these entries", "entries": sorted(_tree(tmp))}))
         _swap_in(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

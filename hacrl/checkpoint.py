@@ -21,7 +21,9 @@ Why this shape:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import pickletools
 import shutil
 import sys
@@ -37,6 +39,7 @@ from hacrl.errors import CheckpointError
 
 FORMAT = 2
 KEEP = 2  # the latest checkpoint and the one before it (the fallback)
+HASH_LIMIT = 256 * 2**20  # bytes: files above are checked by size only (see `_digest`)
 STATE_FILE = "loop.json"
 MARK = "COMPLETE"
 
@@ -122,49 +125,64 @@ def _safe_global(module: str, name: str) -> bool:
 
 
 def _pickle_globals(data: bytes) -> Iterator[tuple[str, str]]:
-    """(module, name) of every global a pickle refers to, read without unpickling anything.
+    """(module, name) of every global the pickles in `data` refer to, read without unpickling.
 
-    Protocol 2 (torch.save's) names globals inline (GLOBAL); protocol 4+ takes them from the
-    two values pushed just before STACK_GLOBAL, directly or from the memo. A name that cannot be
-    followed is reported as "?" (and so refused): the audit fails closed."""
-    recent: list[str | None] = []  # what each opcode pushed: a string, or None for other values
-    memo: dict[int, str | None] = {}
-    for op, arg, _ in pickletools.genops(data):
-        if op.name == "GLOBAL":
-            module, _, name = str(arg).partition(" ")
-            yield module, name
-        elif op.name == "STACK_GLOBAL":
-            pair = recent[-2:]
-            yield (pair[0] or "?", pair[1] or "?") if len(pair) == 2 else ("?", "?")
-        elif op.name in ("INST", "OBJ"):
-            yield "?", str(arg)  # old-style instance creation: never in a tensor file
-        elif op.name == "MEMOIZE":
-            memo[len(memo)] = recent[-1] if recent else None
-        elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            memo[int(arg or 0)] = recent[-1] if recent else None
-        elif op.name in ("GET", "BINGET", "LONG_BINGET"):
-            recent.append(memo.get(int(arg or 0)))
-        elif "UNICODE" in op.name or op.name.endswith("STRING"):
-            recent.append(str(arg))
-        elif op.name not in ("FRAME", "PROTO"):
-            recent.append(None)
+    `data` may hold several pickles one after another (torch's legacy format does): all are
+    read, to the last byte; bytes that are not a pickle raise ValueError. Protocol 2 (torch.save's)
+    names globals inline (GLOBAL); protocol 4+ takes them from the two values pushed just before
+    STACK_GLOBAL, directly or from the memo. A name that cannot be followed, an extension-registry
+    code (EXT*) or an old-style INST/OBJ is reported as "?" and so refused: the audit fails closed.
+    """
+    stream = io.BytesIO(data)
+    while stream.tell() < len(data):
+        recent: list[str | None] = []  # what each opcode pushed: a string, or None
+        memo: dict[int, str | None] = {}
+        for op, arg, _ in pickletools.genops(stream):
+            if op.name == "GLOBAL":
+                module, _, name = str(arg).partition(" ")
+                yield module, name
+            elif op.name == "STACK_GLOBAL":
+                pair = recent[-2:]
+                yield (pair[0] or "?", pair[1] or "?") if len(pair) == 2 else ("?", "?")
+            elif op.name in ("INST", "OBJ") or op.name.startswith("EXT"):
+                yield "?", f"{op.name} {arg}"
+            elif op.name == "MEMOIZE":
+                memo[len(memo)] = recent[-1] if recent else None
+            elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                memo[int(arg or 0)] = recent[-1] if recent else None
+            elif op.name in ("GET", "BINGET", "LONG_BINGET"):
+                recent.append(memo.get(int(arg or 0)))
+            elif "UNICODE" in op.name or op.name.endswith("STRING"):
+                recent.append(str(arg))
+            elif op.name not in ("FRAME", "PROTO"):
+                recent.append(None)
+
+
+ZIP_MAGIC = b"PK\x03\x04"
+PICKLED = (".pt", ".pth", ".bin", ".pkl", ".ckpt", ".pickle")
 
 
 def audit_pickle(path: Path) -> None:
-    """Raise CheckpointError if a torch/pickle file names a global outside `SAFE_GLOBALS`."""
+    """Raise CheckpointError unless `path` is a torch zip file whose pickles name only
+    `SAFE_GLOBALS`. Torch picks its reader from the first bytes, so the file must begin as a
+    zip; every member that is a pickle (any case of `.pkl`) is read; other files are refused."""
     try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as archive:
-                blobs = [archive.read(n) for n in archive.namelist() if n.endswith(".pkl")]
-        else:
-            blobs = [path.read_bytes()]
+        with path.open("rb") as f:
+            head = f.read(4)
+        if head != ZIP_MAGIC:
+            raise CheckpointError(f"{path} is not a torch zip file (legacy or foreign format); "
+                                  "it was not loaded")
+        with zipfile.ZipFile(path) as archive:
+            blobs = [archive.read(n) for n in archive.namelist() if n.lower().endswith(".pkl")]
+        if not blobs:
+            raise CheckpointError(f"{path} holds no pickle a torch file has; it was not loaded")
         for blob in blobs:
             for module, name in _pickle_globals(blob):
                 if not _safe_global(module, name):
                     raise CheckpointError(
                         f"{path} refers to {module}.{name}, which a checkpoint never holds; it "
                         "was not loaded (a planted or foreign file?)")
-    except (zipfile.BadZipFile, ValueError, EOFError) as err:
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError) as err:
         raise CheckpointError(f"{path} is not a readable torch file ({err})") from err
 
 
@@ -230,6 +248,14 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _digest(path: Path) -> str | None:
+    """sha256 of files up to HASH_LIMIT; larger ones (paper-scale shards, many GB) are
+    recorded by size only: hashing them would cost minutes per save and per resume, and their
+    loaders read only tensors (safetensors) or audited pickles, so a hash would only catch bit
+    rot, while the size catches the truncation that kills and full disks cause."""
+    return sha256(path) if path.stat().st_size <= HASH_LIMIT else None
+
+
 def _files(folder: Path) -> list[Path]:
     # links (verl's `model` -> `verl/huggingface`) point at files listed under their own name
     return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()
@@ -250,7 +276,7 @@ def save(ckpt_root: Path, step: int, save_agents: Callable[[Path], None],
     tmp.mkdir(parents=True)
     save_agents(tmp)
     (tmp / STATE_FILE).write_text(json.dumps(encode_state(state)))
-    files = {str(p.relative_to(tmp)): [p.stat().st_size, sha256(p)] for p in _files(tmp)}
+    files = {str(p.relative_to(tmp)): [p.stat().st_size, _digest(p)] for p in _files(tmp)}
     (tmp / MARK).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
@@ -282,33 +308,57 @@ def verify(folder: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise CheckpointError(f"{folder / MARK} is not a hacrl checkpoint record of format "
                               f"{FORMAT} (written by an older hacrl, or damaged)") from err
+    _check_links(folder)  # first: the checks below would follow a link
     for name, (size, digest) in sorted(files.items()):
         path = folder / name
         if not path.is_file():
             raise CheckpointError(f"{path} is missing")
         if path.stat().st_size != size:
             raise CheckpointError(f"{path} has {path.stat().st_size} bytes, {size} were written")
-        if sha256(path) != digest:
+        if digest is not None and sha256(path) != digest:
             raise CheckpointError(f"{path} changed since it was written (sha256 differs)")
     for path in _files(folder):
         if str(path.relative_to(folder)) not in files:
             raise CheckpointError(f"{path} was not part of the checkpoint when it was written")
-        if path.suffix in (".pt", ".pth", ".bin", ".pkl"):
+        if path.suffix.lower() in PICKLED or _looks_pickled(path):
             audit_pickle(path)
 
 
+def _looks_pickled(path: Path) -> bool:
+    with path.open("rb") as f:
+        head = f.read(4)
+    return head == ZIP_MAGIC or head[:1] == b"\x80"  # a zip (torch) or a pickle's PROTO
+
+
+def _check_links(folder: Path) -> None:
+    """Links may only point inside the checkpoint (verl's `model` -> `verl/huggingface`): a
+    link out of it would let a loader read a file the record does not cover."""
+    inside = folder.resolve()
+    for directory, subdirs, names in os.walk(folder):
+        for name in [*subdirs, *names]:
+            path = Path(directory) / name
+            if path.is_symlink() and not path.resolve().is_relative_to(inside):
+                raise CheckpointError(f"{path} links outside the checkpoint (to "
+                                      f"{path.resolve()}); it was not loaded")
+
+
 def load_state(folder: Path) -> dict[str, Any]:
-    state = decode_state(json.loads((folder / STATE_FILE).read_text()))
+    try:
+        state = decode_state(json.loads((folder / STATE_FILE).read_text()))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
+        raise CheckpointError(f"{folder / STATE_FILE} is unreadable ({type(err).__name__})") from err
     if not isinstance(state, dict):
         raise CheckpointError(f"{folder / STATE_FILE} does not hold a state dict")
     return state
 
 
-def restore(ckpt_root: Path, load: Callable[[Path], None], fresh: str) -> tuple[int, Path] | None:
+def restore(ckpt_root: Path, load: Callable[[Path], None]) -> tuple[int, Path] | None:
     """Load the newest usable checkpoint with `load(folder)`; None if there is none at all.
 
-    A damaged newest checkpoint falls back to the previous one with a warning; when none is
-    usable, one CheckpointError names the bad file and says how to start over (`fresh`)."""
+    A checkpoint that does not verify (or whose files a loader refuses: CheckpointError) falls
+    back to the previous one with a warning; when none is usable, one CheckpointError names
+    each bad file and says how to start over. Any other error of a loader (out of memory, a
+    lost worker, I/O) is not the checkpoint's fault: it propagates, and nothing is skipped."""
     problems = []
     for step, folder in complete(ckpt_root):
         try:
@@ -316,14 +366,38 @@ def restore(ckpt_root: Path, load: Callable[[Path], None], fresh: str) -> tuple[
             load(folder)
         except CheckpointError as err:
             problems.append(str(err))
-        except Exception as err:  # an engine's own loader failed on a file that verified
-            problems.append(f"{folder} could not be loaded ({type(err).__name__}: "
-                            f"{str(err).strip().splitlines()[0] if str(err).strip() else ''})")
         else:
             for problem in problems:
                 print(f"hacrl: warning: checkpoint skipped: {problem}; resuming from step {step}",
                       file=sys.stderr, flush=True)
             return step, folder
     if problems:
-        raise CheckpointError(f"no usable checkpoint in {ckpt_root}: {problems[0]}; {fresh}")
+        older = any("older hacrl" in p for p in problems)
+        raise CheckpointError(
+            f"no usable checkpoint in {ckpt_root}: {'; '.join(problems)}; "
+            + ("a checkpoint you wrote yourself with an older hacrl can be converted with "
+               "`python -m hacrl.checkpoint upgrade <step folder>`, or " if older else "")
+            + f"remove {ckpt_root} to train this team from the start (force=true re-trains the "
+            "whole job)")
     return None
+
+
+def upgrade(folder: Path) -> None:
+    """Convert a checkpoint of an older hacrl (COMPLETE = step number, pickled loop.pt) to this
+    format. It unpickles loop.pt without restriction: only for checkpoints you wrote yourself."""
+    step = int((folder / MARK).read_text().strip())
+    state = torch.load(folder / "loop.pt", map_location="cpu", weights_only=False)
+    (folder / STATE_FILE).write_text(json.dumps(encode_state(state)))
+    (folder / "loop.pt").unlink()
+    files = {str(p.relative_to(folder)): [p.stat().st_size, _digest(p)] for p in _files(folder)}
+    (folder / MARK).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}))
+    verify(folder)
+
+
+if __name__ == "__main__":  # python -m hacrl.checkpoint upgrade <step folder>...
+    if len(sys.argv) < 3 or sys.argv[1] != "upgrade":
+        sys.exit("usage: python -m hacrl.checkpoint upgrade <step folder>... (checkpoints you "
+                 "wrote yourself: their loop.pt is unpickled)")
+    for arg in sys.argv[2:]:
+        upgrade(Path(arg))
+        print(f"{arg}: upgraded to checkpoint format {FORMAT}")

@@ -107,7 +107,7 @@ def _sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _status(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.config import ConfigError, compose
-    from hacrl.sweep.state import cell_status, format_table, read_manifest, reap_cell
+    from hacrl.sweep.state import cell_status, format_table, read_manifest
     from hacrl.tracking import Tracker
 
     try:
@@ -124,9 +124,6 @@ def _status(args: argparse.Namespace, overrides: list[str]) -> int:
     tracker = Tracker(manifest["tracking_uri"], str(cfg.tracking.experiment))
     tracker.reap_dead_runs()  # a run whose process died is KILLED, not RUNNING
     rows = [cell_status(cell, sweep_dir, tracker) for cell in cells]
-    for row in rows:
-        if row["status"] == "killed":  # its process or heartbeat is gone: its runs are too
-            reap_cell(tracker, row["cell"])
     print(format_table(rows))
     counts: dict[str, int] = {}
     for row in rows:

@@ -16,12 +16,17 @@ A rerun that finds every DONE.json but no FINISHED job run completes the killed 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -34,7 +39,7 @@ from tqdm import tqdm
 from hacrl import checkpoint, faults
 from hacrl.config import AgentSpec, JobSpec
 from hacrl.engines.base import EngineContext, SamplingParams, engine_hook, make_engine
-from hacrl.errors import check_writable
+from hacrl.errors import HacrlError, check_writable
 from hacrl.evaluation import greedy_accuracy
 from hacrl.evaluation.runner import evaluate_into_run
 from hacrl.loop import Agent, LoopSettings, PromptSchedule, TeamLoop, seed_everything
@@ -151,9 +156,41 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
     teams = [TeamPaths(directory / f"team-{i}") for i in range(len(spec.teams))]
     check_writable(spec.output_root)
     tracker = Tracker(resolve_uri(c.tracking.uri, spec.output_root), c.tracking.experiment)
-    reaped = tracker.reap_dead_runs(spec.config_hash)
     if not spec.method.trains:
+        tracker.reap_dead_runs(spec.config_hash)
         return _evaluate_base(spec, tracker)
+    with job_lock(directory, spec.config_hash):
+        # this process alone trains this job now: any run of it still RUNNING (on any host)
+        # belongs to a process that died, e.g. on a lost node
+        reaped = tracker.reap_config_runs(spec.config_hash)
+        return _train_job(spec, tracker, directory, teams, startup_s, reaped, progress)
+
+
+@contextlib.contextmanager
+def job_lock(directory: Path, config_hash: str) -> Iterator[None]:
+    """An exclusive lock on the job for the life of this process's work on it (flock: released
+    when the process ends, however it ends; on NFS when the lost client's lease expires), so
+    two processes never train into one run directory, whatever a sweep's state files say."""
+    path = directory.parent / f".{directory.name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            raise HacrlError(f"job {config_hash} is being trained by {holder} (it holds "
+                             f"{path}); wait for it to end or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _train_job(spec: JobSpec, tracker: Tracker, directory: Path, teams: list[TeamPaths],
+               startup_s: float, reaped: list[str], progress: bool) -> dict[str, Any]:
+    c = spec.cfg
     steps = int(c.train.steps)
     if all(t.finished(steps) for t in teams) and not c.force:
         if finished := _finished_job_run(tracker, spec):
@@ -235,9 +272,10 @@ def _repair(spec: JobSpec, tracker: Tracker, directory: Path,
     its newest unfinished runs in place: evaluations it lacks, its time metrics, FINISHED.
     None when there is no such run (or it lacks an agent run): the caller starts new runs."""
     c, steps = spec.cfg, int(spec.cfg.train.steps)
-    runs = [r for r in tracker.find_runs(f"tags.config_hash = '{spec.config_hash}' and "
-                                         "tags.`hacrl.kind` = 'job'")
-            if r.info.status in ("KILLED", "FAILED")]
+    # the newest run of the job (RUNNING ones were reaped: this process holds the job's lock)
+    runs = tracker.find_runs(f"tags.config_hash = '{spec.config_hash}' and "
+                             "tags.`hacrl.kind` = 'job'")[:1]
+    runs = [r for r in runs if r.info.status in ("KILLED", "FAILED")]
     if not runs:
         return None
     job_run = runs[0].info.run_id
@@ -381,8 +419,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
             agent.engine.load(folder / agent.name)
         loop.load_state_dict(checkpoint.load_state(folder))
 
-    latest = checkpoint.restore(paths.ckpt, load, fresh=f"rerun with force=true to start job "
-                                f"{spec.config_hash} over (this deletes {paths.root.parent})")
+    latest = checkpoint.restore(paths.ckpt, load)
     if latest is not None:
         start, _ = latest
         for agent in agents:

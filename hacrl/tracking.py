@@ -135,23 +135,30 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def process_started(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch), None if there is no such process."""
+def process_token(pid: int) -> str | None:
+    """Who process `pid` is: the boot and its start time in clock ticks since boot (Linux,
+    immune to wall-clock steps), else psutil's start time; None if there is no such process.
+    A pid reused by another process has another token."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = stat.rsplit(")", 1)[1].split()[19]  # field 22, after the command name
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}:{ticks}"
+    except (OSError, IndexError):
+        pass
     import psutil
 
     try:
-        return float(psutil.Process(pid).create_time())
+        return f"t:{psutil.Process(pid).create_time():.1f}"
     except (psutil.Error, ValueError):
         return None
 
 
-def process_alive(pid: int, started: float | None = None) -> bool:
-    """Whether process `pid` runs and, when `started` is known, is the process that started
-    then (a pid reused by another process has another start time)."""
+def process_alive(pid: int, token: str | None = None) -> bool:
+    """Whether process `pid` runs and, when its `token` is known, is the same process."""
     if pid <= 0 or not _pid_alive(pid):
         return False
-    now = process_started(pid) if started is not None else None
-    return started is None or now is None or abs(now - started) < 2.0
+    return token is None or process_token(pid) in (token, None)
 
 
 # --- opening a store: checks up front, one lock, one-line errors ---------------------------
@@ -420,7 +427,7 @@ class Tracker:
     def start_run(self, name: str, tags: Mapping[str, str], params: Mapping[str, str] | None = None,
                   parent_run_id: str | None = None) -> str:
         all_tags = {"hacrl.pid": str(os.getpid()), "hacrl.host": socket.gethostname(),
-                    "hacrl.pid_started": str(process_started(os.getpid())), **tags}
+                    "hacrl.pid_token": process_token(os.getpid()) or "", **tags}
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
@@ -472,11 +479,20 @@ class Tracker:
         reaped = []
         for run in self.client.search_runs([self.experiment_id], query, max_results=10_000):
             pid = int(run.data.tags.get("hacrl.pid", "0") or 0)
-            try:
-                started: float | None = float(run.data.tags.get("hacrl.pid_started", ""))
-            except ValueError:
-                started = None  # a run from before start times were recorded
-            if pid and not process_alive(pid, started):
+            token = run.data.tags.get("hacrl.pid_token") or None  # older runs have none
+            if pid and not process_alive(pid, token):
+                self.client.set_terminated(run.info.run_id, status="KILLED")
+                reaped.append(run.info.run_id)
+        return reaped
+
+    def reap_config_runs(self, config_hash: str) -> list[str]:
+        """Mark every RUNNING run of a job config KILLED, on any host, except this process's own
+        (for the holder of the job's lock, who knows that no other process trains it)."""
+        reaped = []
+        mine = (str(os.getpid()), socket.gethostname())
+        query = f"attributes.status = 'RUNNING' and tags.config_hash = '{config_hash}'"
+        for run in self.client.search_runs([self.experiment_id], query, max_results=10_000):
+            if (run.data.tags.get("hacrl.pid"), run.data.tags.get("hacrl.host")) != mine:
                 self.client.set_terminated(run.info.run_id, status="KILLED")
                 reaped.append(run.info.run_id)
         return reaped

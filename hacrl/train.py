@@ -14,6 +14,7 @@ from hacrl.errors import HacrlError
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> object:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from hacrl.job import run_job
 
@@ -33,6 +34,8 @@ def main(cfg: DictConfig) -> object:
         return run_job(spec)
     except HacrlError as err:  # one line for a fault the user can act on
         print(f"hacrl: {err}", file=sys.stderr)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # Hydra records this job as failed and runs the others
         sys.exit(err.exit_code)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import shutil
 import socket
 import subprocess
@@ -142,12 +141,14 @@ def planted_pickle(c: Campaign) -> None:
         def __reduce__(self) -> tuple[Callable[..., int], tuple[str]]:
             return os.system, (f"touch {marker}",)
 
+    import torch
+
     from hacrl import checkpoint
 
     for folder in root.glob("runs/*/team-0/ckpt/step_*"):
         for agent in folder.iterdir():
             if (agent / "optimizer.pt").is_file():
-                (agent / "optimizer.pt").write_bytes(pickle.dumps(Planted(), protocol=2))
+                torch.save({"state": Planted()}, agent / "optimizer.pt")
         record = json.loads((folder / "COMPLETE").read_text())
         record["files"] = {str(p.relative_to(folder)): [p.stat().st_size, checkpoint.sha256(p)]
                            for p in folder.rglob("*") if p.is_file() and p.name != "COMPLETE"}
@@ -263,7 +264,7 @@ def dead_node(c: Campaign) -> None:
     write_json(state, {**data, "status": "running", "host": "node-17",
                        "heartbeat": time.time() - 3600})
     code, secs, _, err = sweep(c, root, configs)
-    said = [ln for ln in err.splitlines() if "its job is gone" in ln]
+    said = [ln for ln in err.splitlines() if "job is gone" in ln]
     status = tracker.client.get_run(run).info.status
     c.record("cell 'running' on a dead node", code == 0 and status == "KILLED"
              and sweep_rows(root) == {"done": 1}, code, secs,

@@ -134,19 +134,21 @@ def _rewrite_record(folder: Path) -> None:
 
 
 def test_a_planted_pickle_is_refused_and_runs_nothing(copied, tmp_path, capsys):
+    import torch
+
     root = copied
     marker = tmp_path / "PWNED"
     for folder in _ckpts(root):  # every checkpoint planted, records rewritten to match
         for name in AGENTS:
             torch_file = folder / name / "optimizer.pt"
-            torch_file.write_bytes(pickle.dumps(Planted(marker), protocol=2))
+            torch.save({"state": Planted(marker)}, torch_file)  # a real torch zip file
         (folder / "loop.pt").write_bytes(pickle.dumps(Planted(marker), protocol=4))
         _rewrite_record(folder)
     next(root.glob("runs/*/team-0/DONE.json")).unlink()  # so the rerun resumes from them
 
     again = _train_here(root, capsys)
     line = _one_line(again)
-    assert again.returncode == 1 and "no usable checkpoint" in line and "posix.system" in line
+    assert again.returncode == 1 and "no usable checkpoint" in line and "not loaded" in line
     assert "force=true" in line
     assert not marker.exists()
     assert again.seconds < 60
@@ -154,14 +156,34 @@ def test_a_planted_pickle_is_refused_and_runs_nothing(copied, tmp_path, capsys):
 
 
 def test_audit_reads_globals_without_unpickling(tmp_path) -> None:
+    import io
+    import zipfile
+
+    import numpy as np
+    import torch
+
     marker = tmp_path / "PWNED"
     for protocol in (2, 4, 5):
         path = tmp_path / f"p{protocol}.pt"
-        path.write_bytes(pickle.dumps({"x": [Planted(marker)]}, protocol=protocol))
+        torch.save({"x": [Planted(marker)]}, path, pickle_protocol=protocol)
         with pytest.raises(CheckpointError, match="posix.system"):
             checkpoint.safe_torch_load(path)
-    import numpy as np
-    import torch
+    # ways around a naive audit: torch's legacy format (pickles back to back, or a pickle with a
+    # zip appended so that the zip's directory is found at the end), a member named .PKL
+    legacy = tmp_path / "legacy.pt"
+    legacy.write_bytes(pickle.dumps(119547037146038801333356) + pickle.dumps(Planted(marker)))
+    fine = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, fine)
+    appended = tmp_path / "appended.pt"
+    appended.write_bytes(pickle.dumps(Planted(marker), protocol=2) + fine.getvalue())
+    upper = tmp_path / "upper.pt"
+    with zipfile.ZipFile(upper, "w") as archive:
+        archive.writestr("archive/data.PKL", pickle.dumps(Planted(marker), protocol=2))
+        archive.writestr("archive/version", "3\n")
+    for path, reason in ((legacy, "not a torch zip file"), (appended, "not a torch zip file"),
+                         (upper, "posix.system")):
+        with pytest.raises(CheckpointError, match=reason):
+            checkpoint.audit_pickle(path)
 
     torch.save({"state": {0: {"exp_avg": torch.zeros(3)}}, "rng": np.random.get_state()},
                tmp_path / "fine.pt")
@@ -208,8 +230,55 @@ def test_save_keeps_two_and_verify_names_the_damaged_file(tmp_path) -> None:
         checkpoint.verify(kept[1][1])
     loaded: list[Path] = []
     with pytest.raises(CheckpointError, match="no usable checkpoint"):
-        checkpoint.restore(tmp_path, loaded.append, fresh="start over")
+        checkpoint.restore(tmp_path, loaded.append)
     assert loaded == []  # nothing loaded from a checkpoint that did not verify
+
+
+def test_a_link_out_of_the_checkpoint_is_refused(tmp_path) -> None:
+    import torch
+
+    def agents(folder: Path) -> None:
+        (folder / "a" / "verl").mkdir(parents=True)
+        torch.save({"w": torch.ones(2)}, folder / "a" / "verl" / "shard.pt")
+        (folder / "a" / "model").symlink_to(Path("verl"))  # like verl's HF link: inside
+
+    folder = checkpoint.save(tmp_path / "ckpt", 1, agents, {})
+    checkpoint.verify(folder)
+    outside = tmp_path / "elsewhere.pt"
+    torch.save({"x": Planted(tmp_path / "PWNED")}, outside)
+    (folder / "a" / "verl" / "shard.pt").unlink()
+    (folder / "a" / "verl" / "shard.pt").symlink_to(outside)
+    with pytest.raises(CheckpointError, match="links outside the checkpoint"):
+        checkpoint.verify(folder)
+
+
+def test_a_checkpoint_of_an_older_hacrl_is_refused_until_upgraded(tmp_path) -> None:
+    import numpy as np
+    import torch
+
+    state = {"capability": {"history": [[0.5, 0.5]]}, "rng": {"numpy": np.random.get_state()}}
+    folder = checkpoint.save(tmp_path, 3, lambda f: None, state)
+    (folder / "loop.json").unlink()  # what an older hacrl wrote: a pickle and a step number
+    torch.save(state, folder / "loop.pt")
+    (folder / "COMPLETE").write_text("3")
+    with pytest.raises(CheckpointError, match="python -m hacrl.checkpoint upgrade"):
+        checkpoint.restore(tmp_path, lambda f: None)
+    checkpoint.upgrade(folder)
+    assert checkpoint.restore(tmp_path, lambda f: None) == (3, folder)
+    assert checkpoint.load_state(folder)["capability"] == state["capability"]
+
+
+def test_a_job_trained_elsewhere_is_not_trained_twice(hacrl, new_output_root, job_env):
+    from hacrl.config import compose, validate
+    from hacrl.job import job_lock, run_dir
+
+    root = new_output_root()
+    spec = validate(compose([*QUICK, f"output_root={root}"]))
+    with job_lock(run_dir(spec), spec.config_hash):  # this process trains the job
+        out = _train(hacrl, root)
+    line = _one_line(out)
+    assert out.returncode == 1 and f"job {spec.config_hash} is being trained by pid" in line
+    assert not _runs(root, "tags.`hacrl.kind` = 'job'")
 
 
 @pytest.mark.parametrize("damage", ["model", "loop"])
@@ -319,25 +388,26 @@ def _tracker(root: Path):
 
 @pytest.mark.parametrize("state", [
     {"host": "node-that-died", "heartbeat_age": 3600},       # lost node / OOM / time limit
-    {"host": "this", "pid": "self", "pid_started": 12345.0},  # our pid, someone else's process
+    {"host": "this", "pid": "self", "pid_token": "x:1"},      # our pid, someone else's process
     {"host": "this", "pid": 2**22 + 7},                       # no such process
 ])
 def test_a_dead_cell_expires_and_its_runs_are_killed(new_output_root, state, capsys):
-    from hacrl.sweep.state import cell_state_path, cell_status, reap_cell, write_json
+    from hacrl.sweep.state import cell_state_path, cell_status, write_json
 
     root = new_output_root()
     sweep_dir = root / "sweeps" / "x"
     tracker = _tracker(root)
     host = socket.gethostname() if state["host"] == "this" else state["host"]
-    run = tracker.start_run("job", {"config_hash": "c1", "hacrl.kind": "job", "hacrl.host": host})
+    run = tracker.start_run("job", {"config_hash": "c1", "hacrl.kind": "job", "hacrl.host": host,
+                                    "hacrl.pid": "1"})  # a run of the dead job's process
     record = {"status": "running", "host": host, "started": time.time() - 7200,
               "heartbeat": time.time() - state.get("heartbeat_age", 0),
               "pid": os.getpid() if state.get("pid") == "self" else state.get("pid", 1),
-              "pid_started": state.get("pid_started")}
+              "pid_token": state.get("pid_token")}
     write_json(cell_state_path(sweep_dir, "c1"), record)
     row = cell_status(_cell("c1", root / "runs" / "c1"), sweep_dir, tracker)
-    assert row["status"] == "killed"
-    assert reap_cell(tracker, "c1") == [run]
+    assert row["status"] == "killed"  # so the sweep runs it again; its job, holding the
+    assert tracker.reap_config_runs("c1") == [run]  # job's lock, marks the old runs KILLED
     assert tracker.client.get_run(run).info.status == "KILLED"
 
 
@@ -387,7 +457,7 @@ def test_report_never_replaces_a_folder_it_did_not_write(hacrl, new_output_root,
     for out in (str(mine), "."):  # `.`: the cwd (tmp_path), which holds `mine`
         result = hacrl("report", "table1", "--out", out, f"output_root={root}", root=root)
         line = _one_line(result)
-        assert result.returncode == 1 and "not written by hacrl report" in line, line
+        assert result.returncode == 1 and "hacrl report did not write" in line, line
         assert result.seconds < 30
     assert (mine / "thesis.tex").read_text() == "years of work"
     assert not _runs(root, "tags.`hacrl.kind` = 'report'")
@@ -419,16 +489,23 @@ def test_report_of_a_store_without_runs_is_an_error(hacrl, new_output_root):
 
 def test_report_replaces_its_own_previous_report(tmp_path):
     from analysis.report import MARKER, _swap_in
+    from hacrl.errors import OutputError
 
     folder = tmp_path / "reports" / "table1-tiny"
-    for generation in ("old", "new"):
+    for generation in ("old", "new", "newer"):
         tmp = tmp_path / "reports" / f".tmp-{generation}"
         tmp.mkdir(parents=True)
         (tmp / "index.html").write_text(generation)
-        (tmp / MARKER).write_text("")
-        _swap_in(tmp, folder)
+        (tmp / MARKER).write_text(json.dumps({"entries": ["index.html"]}))
+        if generation == "newer":  # the user added a file to the last report: it stays
+            (folder / "my-notes.md").write_text("mine")
+            with pytest.raises(OutputError, match="did not write"):
+                _swap_in(tmp, folder)
+        else:
+            _swap_in(tmp, folder)
     assert (folder / "index.html").read_text() == "new"
-    assert sorted(p.name for p in folder.parent.iterdir()) == ["table1-tiny"]
+    assert (folder / "my-notes.md").read_text() == "mine"
+    assert sorted(p.name for p in folder.parent.iterdir()) == [".tmp-newer", "table1-tiny"]
 
 
 def test_an_unwritable_output_root_is_one_line(hacrl, tmp_path):

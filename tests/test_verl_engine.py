@@ -560,7 +560,7 @@ def _flat(node: object, prefix: str = "") -> dict[str, object]:
 @pytest.mark.parametrize(("override", "message"), [
     ("engine.device=tpu", "engine.device=tpu"),
     ("engine.rollout.name=sglang", "engine.rollout.name=sglang"),
-    ("engine.actor.strategy=fsdp", "only fsdp2 runs on CPU"),
+    ("engine.actor.strategy=fsdp", "use fsdp2"),
     ("engine.cpu_workers=0", "engine.cpu_workers=0"),
 ])
 def test_cpu_config_errors_name_the_key(override: str, message: str) -> None:

@@ -156,12 +156,30 @@ class Target:
 
 
 def latest_checkpoint(run_dir: Path, model: str) -> tuple[int, Path] | None:
-    """The newest complete checkpoint of `model` under a job's run directory."""
+    """The newest complete checkpoint of `model` under a job's run directory, its files checked
+    (against the checkpoint's record, or their headers for checkpoints of an older hacrl). A
+    damaged one is an error, not a reason to evaluate an older model in its place."""
+    from hacrl.checkpoint import complete, damaged_weights, verify
+    from hacrl.errors import CheckpointError
+
     found = []
-    for step_dir in run_dir.glob("team-*/ckpt/step_*"):
-        weights = step_dir / model / "model"  # next to the agent's optimizer state
-        if (step_dir / "COMPLETE").exists() and (weights / "config.json").is_file():
-            found.append((int(step_dir.name.removeprefix("step_")), weights))
+    for ckpt in sorted(run_dir.glob("team-*/ckpt")):
+        for step, step_dir in complete(ckpt):
+            weights = step_dir / model / "model"  # next to the agent's optimizer state
+            if not (weights / "config.json").is_file():
+                continue
+            try:
+                if (step_dir / "COMPLETE").read_text().lstrip().startswith("{"):
+                    verify(step_dir)  # a record of this hacrl: sizes and hashes
+                elif (damage := damaged_weights(weights)) is not None:
+                    raise CheckpointError(damage)
+            except (CheckpointError, OSError) as err:
+                raise CheckpointError(
+                    f"checkpoint {step_dir} cannot be evaluated: {err}; delete "
+                    f"{ckpt.parent / 'DONE.json'} and rerun the job: it resumes from the "
+                    "checkpoint before and trains the last steps again") from err
+            found.append((step, weights))
+            break
     return max(found) if found else None
 
 

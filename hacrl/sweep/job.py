@@ -22,7 +22,7 @@ from hacrl.sweep.state import (
     read_json,
     write_json,
 )
-from hacrl.tracking import process_started
+from hacrl.tracking import process_token
 
 
 def _log_path() -> str:
@@ -51,8 +51,9 @@ class Heartbeat:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        with self._lock:  # a beat being written finishes first; none starts after
+            self._stop.set()
+        self._thread.join()
 
     def write(self, state: dict[str, Any]) -> None:
         with self._lock:
@@ -60,10 +61,13 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
-            try:
-                self.write(self.state)
-            except OSError:  # a full or flaky disk: the next beat tries again
-                pass
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                try:
+                    write_json(self.path, {**self.state, "heartbeat": time.time()})
+                except OSError:  # a full or flaky disk: the next beat tries again
+                    pass
 
 
 def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
@@ -76,7 +80,7 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
     path = cell_state_path(sweep_dir, str(cfg.cell.id))
     previous = read_json(path)
     state: dict[str, Any] = {"cell": str(cfg.cell.id), "status": "running", "pid": os.getpid(),
-                             "pid_started": process_started(os.getpid()),
+                             "pid_token": process_token(os.getpid()),
                              "host": socket.gethostname(), "log": _log_path(),
                              "started": started, "attempt": int(previous.get("attempt", 0)) + 1}
     with Heartbeat(path, state):

@@ -20,9 +20,9 @@ from omegaconf import DictConfig
 from hacrl.errors import check_writable
 from hacrl.sweep.cells import SWEEP_DIR, Cell, expand
 from hacrl.sweep.state import (
+    DEADLINE_S,
     cell_status,
     format_table,
-    reap_cell,
     write_json,
     write_manifest,
 )
@@ -99,10 +99,11 @@ class SweepRun:
             f"state in {self.sweep_dir} ({time.perf_counter() - started:.1f} s)")
 
         before = {c.id: cell_status(c, self.sweep_dir, tracker) for c in cells}
-        for cid, row in before.items():
-            if row["status"] == "killed" and (gone := reap_cell(tracker, cid)):
-                say(f"cell {cid}: its job is gone (no process, no heartbeat); {len(gone)} runs "
-                    "marked KILLED, it runs again")
+        gone = [cid for cid, row in before.items() if row["status"] == "killed"]
+        if gone:
+            say(f"{len(gone)} cells whose job is gone (no process, or no heartbeat for "
+                f"{DEADLINE_S:.0f} s) run again: {', '.join(gone[:5])}"
+                + (" ..." if len(gone) > 5 else ""))
         skipped = {cid for cid, row in before.items() if row["status"] == "done"}
         elsewhere = {cid for cid, row in before.items() if row["status"] == "running"}
         todo = [c for c in cells if c.id not in skipped | elsewhere]

@@ -12,9 +12,11 @@ cell is done when its run directory has DONE.json and its agent runs hold every 
 needs (same key); a base cell when each agent's evaluation run holds them.
 
 "Running" is decided by something that expires: on this host the cell's process (pid and its
-start time, so a reused pid does not count), elsewhere its heartbeat, which a lost node, an OOM
-kill or a time limit stops; after DEADLINE_S without one the cell counts as killed, its runs are
-marked KILLED and the next `hacrl sweep` runs it again.
+start token, so a reused pid does not count), elsewhere its heartbeat, which a lost node, an OOM
+kill or a time limit stops; after DEADLINE_S without one the cell counts as killed and the next
+`hacrl sweep` runs it again. Its job then takes the job's lock (`hacrl.job.job_lock`): if the
+old process is only suspended it still holds the lock and the new one refuses, so a wrong
+verdict never makes two trainers; otherwise the new job marks the old runs KILLED.
 """
 
 from __future__ import annotations
@@ -76,21 +78,10 @@ def alive(state: dict[str, Any]) -> bool:
             pid = int(state.get("pid") or 0)
         except (TypeError, ValueError):
             return False
-        started = state.get("pid_started")
-        return process_alive(pid, float(started) if isinstance(started, int | float) else None)
+        token = state.get("pid_token")
+        return process_alive(pid, token if isinstance(token, str) else None)
     beat = state.get("heartbeat", state.get("started"))
     return isinstance(beat, int | float) and time.time() - beat < DEADLINE_S
-
-
-def reap_cell(tracker: Tracker, cell_id: str) -> list[str]:
-    """Mark the RUNNING runs of a dead cell KILLED (on any host); return their ids."""
-    killed = []
-    for query in (f"tags.config_hash = '{cell_id}'", f"tags.`hacrl.cell` = '{cell_id}'"):
-        for run in tracker.find_runs(f"attributes.status = 'RUNNING' and {query}"):
-            if run.info.run_id not in killed:
-                tracker.finish(run.info.run_id, "KILLED")
-                killed.append(run.info.run_id)
-    return killed
 
 
 def write_manifest(sweep_dir: Path, name: str, arguments: list[str], cells: list[Cell],

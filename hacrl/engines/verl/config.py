@@ -206,6 +206,11 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
         "trainer.logger": ["console"],
         "trainer.val_before_train": False,
     }
+    if str(e.actor.strategy) != "fsdp2":
+        # FSDP1 checkpoints pickle ShardedTensors, whose pickles call `getattr`: hacrl's audit
+        # (hacrl.checkpoint) refuses those, so a job could never resume from its checkpoints
+        raise ConfigError(f"engine.actor.strategy={e.actor.strategy}: use fsdp2 (the default); "
+                          "FSDP1 checkpoints pickle calls that hacrl refuses to load")
     for key, value in values.items():
         OmegaConf.update(v, key, value, merge=False, force_add=False)
     for key, value in cpu_layer(cfg).items():  # engine.device=cpu only; empty on GPUs
