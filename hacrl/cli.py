@@ -24,6 +24,12 @@ def _train(overrides: list[str], dry: bool = False, dry_dir: str | None = None) 
     except ConfigError as err:
         print(f"hacrl: config error: {err}", file=sys.stderr)
         return 2
+    from hacrl.errors import check_writable
+    from hacrl.tracking import check_store, resolve_uri
+
+    # output root and store first, before the job's heavy imports (a fault is one quick line)
+    check_store(resolve_uri(spec.cfg.tracking.uri, spec.output_root))
+    check_writable(spec.output_root)
     from hacrl.job import run_job
 
     summary = run_job(spec)

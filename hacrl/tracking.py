@@ -163,6 +163,33 @@ def process_alive(pid: int, token: str | None = None) -> bool:
 
 # --- opening a store: checks up front, one lock, one-line errors ---------------------------
 
+def check_store(uri: str) -> None:
+    """The store checks of `open_client` for a writer, without importing MLflow: a command
+    calls it before its heavy imports, so a bad store is one line within seconds."""
+    scheme = urlsplit(uri).scheme.split("+", 1)[0]  # postgresql+psycopg2: a driver suffix
+    if scheme not in MLFLOW_SCHEMES and scheme not in _plugin_schemes() and uri != "databricks":
+        raise StoreError(f"tracking URI {uri}: MLflow has no store for scheme '{scheme}'; use "
+                         "sqlite:///<path>/mlflow.db, http(s)://<host>:<port> of an `mlflow "
+                         "server`, or a database URL (postgresql://, mysql://)")
+    db = sqlite_path(uri)
+    if db is not None:
+        _check_sqlite(db, create=True)
+    elif scheme in ("http", "https"):
+        _check_server(uri)
+
+
+# the schemes MLflow 3 registers itself (mlflow/tracking/_tracking_service/utils.py)
+MLFLOW_SCHEMES = {"", "file", "databricks", "databricks-uc", "uc", "http", "https", "postgresql",
+                  "mysql", "sqlite", "mssql"}
+
+
+def _plugin_schemes() -> set[str]:
+    """Schemes other packages add through MLflow's `mlflow.tracking_store` entry points."""
+    from importlib.metadata import entry_points
+
+    return {ep.name for ep in entry_points(group="mlflow.tracking_store")}
+
+
 @contextlib.contextmanager
 def open_client(uri: str, *, create: bool = True) -> Iterator[Any]:
     """An MlflowClient on `uri`, opened (tables created or migrated) under the store's lock,

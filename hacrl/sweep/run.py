@@ -26,7 +26,7 @@ from hacrl.sweep.state import (
     write_json,
     write_manifest,
 )
-from hacrl.tracking import Tracker, resolve_uri
+from hacrl.tracking import Tracker, check_store, resolve_uri
 
 LOCAL_LAUNCHERS = ("LocalLauncher", "BasicLauncher")
 
@@ -85,12 +85,13 @@ class SweepRun:
 
     def execute(self) -> list[dict[str, Any]]:
         started = time.perf_counter()
-        expansion = expand(self.name, self.compose, self.sweep_dirs())
-        cells = expansion.cells
         first = self.compose([])
         output_root = Path(str(first.output_root)).expanduser().resolve()
-        check_writable(output_root)
         uri = resolve_uri(first.tracking.uri, output_root)
+        check_store(uri)  # before the expansion (seconds): a fault is one quick line
+        check_writable(output_root)
+        expansion = expand(self.name, self.compose, self.sweep_dirs())
+        cells = expansion.cells
         tracker = Tracker(uri, str(first.tracking.experiment))  # the store exists before any job
         tracker.reap_dead_runs()
         write_manifest(self.sweep_dir, self.name, self.arguments, cells, expansion.asked, uri)

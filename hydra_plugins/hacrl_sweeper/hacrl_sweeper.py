@@ -6,6 +6,7 @@ to live in the `hydra_plugins` package, the logic lives in hacrl/sweep/.
 
 # No `from __future__ import annotations`: Hydra loads plugin modules without registering them
 # in sys.modules, and dataclasses then cannot resolve string annotations.
+import sys
 from dataclasses import dataclass, field
 from typing import Any, List, Optional  # noqa: UP035 (OmegaConf schemas)
 
@@ -55,9 +56,14 @@ class HacrlSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:  # noqa: UP006
+        from hacrl.errors import HacrlError
         from hacrl.sweep.run import SweepRun
 
         assert self.config is not None and self.hydra_context is not None
         run = SweepRun(self.config, self.hydra_context.config_loader, self.launcher,
                        arguments, **self.settings)
-        return run.execute()
+        try:
+            return run.execute()
+        except HacrlError as err:  # a fault the user can act on: one line, no traceback
+            print(f"hacrl: sweep: {err}", file=sys.stderr)
+            sys.exit(err.exit_code)
