@@ -240,6 +240,16 @@ def test_batch_agrees_with_hand_written_verdicts() -> None:
     assert verifier.stats["math_verify"] > 0 and verifier.stats["fast_path"] > 0
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_verifiers():
+    """`equivalent` grades in the shared pool: stop its workers when this module is done."""
+    yield
+    from hacrl import verify
+
+    for verifier in verify._defaults.values():
+        verifier.close()
+
+
 def test_public_equivalent_is_bounded_like_the_pool() -> None:
     start = time.perf_counter()
     assert equivalent("2^{10^{100}}", "1", timeout_s=1.0) is False  # a runaway: cut off
