@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hacrl.verify.equivalence import MAX_ANSWER_CHARS, fast_equivalent
+from hacrl.verify.equivalence import MAX_ANSWER_CHARS, cheap_verdict, fast_equivalent
 from hacrl.verify.extract import extract_answer, extract_boxed
 from hacrl.verify.normalize import exact_match, normalize_math_string
 from hacrl.verify.pool import GradingPool, Outcome, Task
@@ -159,13 +159,9 @@ def equivalent(pred: str, gold: str, max_chars: int = MAX_ANSWER_CHARS,
     tripwire armed: a runaway or refused grade is False, and this call returns within about
     `timeout_s` whatever the text.
     """
-    if not isinstance(pred, str) or not isinstance(gold, str):
-        return False
-    fast = fast_equivalent(pred, gold)
-    if fast is not None:
-        return fast
-    if len(pred) > max_chars or len(gold) > max_chars:
-        return False  # normalised strings differ (fast path above), so exact match failed
+    settled = cheap_verdict(pred, gold, max_chars)
+    if settled is not None:
+        return settled
     verifier = default_verifier(timeout_s, max_answer_chars=max_chars)
     (outcome,) = verifier.pool.run([("grade", (pred, gold))])
     return bool(outcome.value) and not outcome.timed_out and outcome.error is None

@@ -30,7 +30,7 @@ from typing import Any
 from hacrl.verify.normalize import exact_match
 from hacrl.verify.tripwire import UnsafeEvaluation, armed
 
-__all__ = ["MAX_ANSWER_CHARS", "fast_equivalent", "load_math_verify",
+__all__ = ["MAX_ANSWER_CHARS", "cheap_verdict", "fast_equivalent", "load_math_verify",
            "math_verify_equal"]
 
 MAX_ANSWER_CHARS = 1000  # longer answers are judged by normalised exact match only
@@ -101,6 +101,19 @@ def math_verify_equal(pred: str, gold: str) -> bool:
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
 
 
+def cheap_verdict(pred: object, gold: object, max_chars: int) -> bool | None:
+    """The verdict when math-verify is not needed: non-strings are False, then the fast paths,
+    then answers longer than `max_chars` by normalised exact match; None: ask math-verify."""
+    if not isinstance(pred, str) or not isinstance(gold, str):
+        return False
+    fast = fast_equivalent(pred, gold)
+    if fast is not None:
+        return fast
+    if len(pred) > max_chars or len(gold) > max_chars:
+        return False  # normalised strings differ (fast path above), so exact match failed
+    return None
+
+
 def _equivalent_in_process(pred: str, gold: str, max_chars: int = MAX_ANSWER_CHARS) -> bool:
     """Whether answer `pred` equals reference `gold`, graded in this process (private: the
     public `hacrl.verify.equivalent` runs math-verify in a bounded worker instead).
@@ -110,13 +123,9 @@ def _equivalent_in_process(pred: str, gold: str, max_chars: int = MAX_ANSWER_CHA
     no time bound here: untrusted text in bulk belongs in `Verifier`, which grades in killable
     worker processes.
     """
-    if not isinstance(pred, str) or not isinstance(gold, str):
-        return False
-    fast = fast_equivalent(pred, gold)
-    if fast is not None:
-        return fast
-    if len(pred) > max_chars or len(gold) > max_chars:
-        return False  # normalised strings differ (fast path above), so exact match failed
+    settled = cheap_verdict(pred, gold, max_chars)
+    if settled is not None:
+        return settled
     try:
         with armed():
             return math_verify_equal(pred, gold)
