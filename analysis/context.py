@@ -9,11 +9,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from analysis.cells import Value, find, run_value
+from analysis.cell_values import Value, find, run_value
 from analysis.store import Store
 from hacrl.config import CONFIG_DIR
-from hacrl.sweep.cells import SWEEP_DIR as _SWEEPS
-from hacrl.sweep.cells import Cell, load_grids
+from hacrl.sweep.grid import SWEEP_DIR as _SWEEPS
+from hacrl.sweep.grid import Cell, load_grids
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from analysis.cells import curve_run, find  # noqa: E402
+from analysis.cell_values import curve_run, find  # noqa: E402
 from analysis.context import Context, Pair  # noqa: E402
 from analysis.reference import METHOD_LABELS, paper  # noqa: E402
 

@@ -40,7 +40,7 @@ from analysis.tables_cost import (
     runtime_table,
 )
 from hacrl.errors import OutputError, StoreError
-from hacrl.sweep.cells import Cell
+from hacrl.sweep.grid import Cell
 
 MARKER = ".hacrl-report"
 
@@ -93,10 +93,10 @@ def make_report(sweep: str, overrides: list[str], log: bool = True,
     """The report of `sweep` at the scale and output root the overrides give. A running sweep
     passes its own composed config and cells (Hydra cannot compose again inside its app).
     `require_runs`: a store without runs is an error (a user asking for a report of nothing)."""
-    from analysis.cells import sweep_cells
+    from analysis.cell_values import sweep_cells
     from analysis.store import open_store
     from hacrl.config import compose
-    from hacrl.sweep.cells import SWEEP_DIR, sweep_file
+    from hacrl.sweep.grid import SWEEP_DIR, sweep_file
     from hacrl.tracking import resolve_uri
 
     dirs = sweep_dirs or (SWEEP_DIR,)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.cells import Value
+from analysis.cell_values import Value
 
 
 @dataclass

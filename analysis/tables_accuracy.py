@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from analysis.cells import Value
+from analysis.cell_values import Value
 from analysis.context import Context
 from analysis.reference import BENCHMARKS, LABELS, METHOD_LABELS, benchmark_values, paper
 from analysis.table import Entry, Table

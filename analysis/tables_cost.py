@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from analysis.cells import Value, curve_run, find, run_value
+from analysis.cell_values import Value, curve_run, find, run_value
 from analysis.context import Context, Pair
 from analysis.reference import METHOD_LABELS, paper
 from analysis.table import Entry, Table

@@ -8,7 +8,7 @@ import os
 import signal
 
 ENV = "HACRL_FAULT"
-# The finishing sequence of a training job, in order (hacrl.job, hacrl.sweep.job).
+# The finishing sequence of a training job, in order (hacrl.job, hacrl.sweep.cell_run).
 FINISHING = ("final_checkpoint", "final_eval", "done_json", "job_metrics", "agent_runs_finished",
              "job_run_finished")
 

@@ -20,9 +20,9 @@ from torch import Tensor
 
 from hacrl import algo
 from hacrl.algo import LossBatch, LossConfig, MethodSpec
+from hacrl.arith import Problem
 from hacrl.engines.base import Engine, MiniBatchLoss, SamplingParams
 from hacrl.rollout import TokenView, Trajectory, own_view, render_prompt_ids, retokenize
-from hacrl.task import Problem
 from hacrl.tasks import Grader
 from hacrl.telemetry import PhaseTimer
 

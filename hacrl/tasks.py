@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig
 
-from hacrl import task as arith
-from hacrl.task import Problem
+from hacrl import arith
+from hacrl.arith import Problem
 
 Grader = Callable[[list[str], list[str]], list[float]]  # (responses, answers) -> rewards
 

@@ -21,7 +21,7 @@ def main(cfg: DictConfig) -> object:
     if (cfg.get("cell") or {}).get("id"):  # a cell launched by a sweep (hacrl/sweep)
         from pathlib import Path
 
-        from hacrl.sweep.job import run_cell
+        from hacrl.sweep.cell_run import run_cell
 
         return run_cell(cfg, Path(str(HydraConfig.get().sweep.dir)))
 

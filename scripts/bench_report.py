@@ -28,7 +28,7 @@ CURVES = ("reward/mean", "capability/P", "ratio/s_homo_mean", "ratio/s_hete_mean
 def _build(root: Path, target: int, seed: int = 0) -> int:
     from hacrl.config import compose
     from hacrl.evaluation import Protocol  # noqa: F401  (cells need it when expanding)
-    from hacrl.sweep.cells import expand
+    from hacrl.sweep.grid import expand
     from hacrl.sweep.state import write_manifest
     from hacrl.tracking import Tracker
 

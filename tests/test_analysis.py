@@ -14,7 +14,7 @@ from analysis.report import build
 from analysis.store import open_store
 from analysis.tables_accuracy import benchmark_table, seeds_table
 from analysis.tables_cost import runtime_table
-from hacrl.sweep.cells import Cell
+from hacrl.sweep.grid import Cell
 from hacrl.tracking import Tracker
 
 SIZE = pair("size")           # qwen3-1.7b-base + qwen3-4b-base

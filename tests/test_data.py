@@ -15,12 +15,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hacrl.arith import load_split
+from hacrl.cli.data import add_parser, main, run
 from hacrl.config import ConfigError, compose
 from hacrl.data import DataError, DataMissing, load_rows, local_file, prepare
-from hacrl.data.cli import add_parser, main, run
 from hacrl.data.convert import answer_text, last_boxed
 from hacrl.data.sources import HubUnreachable, load_sources
-from hacrl.task import load_split
 
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 

@@ -374,7 +374,7 @@ def test_a_kill_at_any_point_of_finishing_is_repaired(hacrl, new_output_root, jo
 
 
 def _cell(cell_id: str, run_dir: Path):
-    from hacrl.sweep.cells import Cell
+    from hacrl.sweep.grid import Cell
 
     return Cell(id=cell_id, overrides=[], method="gspo", agents=["a"], seed=0,
                 run_dir=str(run_dir))

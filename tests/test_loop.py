@@ -13,6 +13,7 @@ import torch
 import hacrl.algo
 import hacrl.engines.base
 from hacrl.algo import METHODS, LossConfig
+from hacrl.arith import load_split
 from hacrl.engines.base import Engine, SamplingParams
 from hacrl.engines.local import LocalEngine
 from hacrl.loop import (
@@ -24,7 +25,6 @@ from hacrl.loop import (
     seed_everything,
 )
 from hacrl.rollout import eos_id, render_prompt_ids
-from hacrl.task import load_split
 
 QWEN, QWEN_SMALL, LLAMA = "qwen3-4b-base", "qwen3-1.7b-base", "llama3.2-1b-instruct"
 P, MB, G = 4, 2, 4

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from hacrl.config import CONFIG_DIR, compose
-from hacrl.sweep.cells import SWEEP_DIR, expand
+from hacrl.sweep.grid import SWEEP_DIR, expand
 from hacrl.sweep.slurm import render_sbatch
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hacrl.task import (
+from hacrl.arith import (
     BENCHMARKS,
     SPLITS,
     extract_boxed,
@@ -22,7 +22,7 @@ from hacrl.task import (
     normalize_answer,
     write_split_jsonl,
 )
-from hacrl.task.arith import _draw_split
+from hacrl.arith.problems import _draw_split
 
 EXPECTED_SIZES = {
     "tiny_math500": (200, {1, 2, 3, 4, 5}),

@@ -122,7 +122,7 @@ def verl_engine(micro_zoo: Path, ray_env: None, tmp_path_factory: pytest.TempPat
 
 @pytest.mark.parametrize("method", ["gspo", "hacpo", "grpo"])
 def test_first_updates_agree_with_the_local_engine(verl_engine, micro_zoo: Path, method: str):
-    from hacrl.engines.verl.loss import loss_callable
+    from hacrl.engines.verl.worker_loss import loss_callable
 
     engine, root = verl_engine
     engine.load(root / "initial")  # every method starts from the same weights and optimizer

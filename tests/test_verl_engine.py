@@ -21,7 +21,7 @@ pytest.importorskip("verl", reason="engine=verl tests need the [verl] extra: "
 from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss  # noqa: E402
 from hacrl.config import ConfigError, compose  # noqa: E402
 from hacrl.engines.verl import batch as vb  # noqa: E402
-from hacrl.engines.verl.loss import (  # noqa: E402
+from hacrl.engines.verl.worker_loss import (  # noqa: E402
     DENOMINATORS,
     ROWS,
     SUMMED,
@@ -288,7 +288,7 @@ PAIRS = sorted(p.stem for p in (Path(__file__).parents[1] / "experiments" / "pai
 @pytest.mark.parametrize("pair", PAIRS)
 def test_every_paper_pair_builds_a_verl_config_verl_accepts(pair: str) -> None:
     from hacrl.algo.methods import METHODS
-    from hacrl.engines.verl.config import validate_verl_config, verl_config
+    from hacrl.engines.verl.translate import validate_verl_config, verl_config
 
     cfg = compose(["scale=paper", "engine=verl", f"pair={pair}"])
     for method in ("hacpo", "gspo", "grpo", "gspo_x2", "gspo_updates_x2"):
@@ -312,7 +312,7 @@ def test_every_paper_pair_builds_a_verl_config_verl_accepts(pair: str) -> None:
 
 
 def test_verl_config_errors_name_the_key() -> None:
-    from hacrl.engines.verl.config import validate_verl_config, verl_config
+    from hacrl.engines.verl.translate import validate_verl_config, verl_config
 
     def build(*overrides: str) -> object:
         cfg = compose(["scale=paper", "engine=verl", *overrides])
@@ -416,7 +416,7 @@ def test_parquet_in_verls_schema_loads_in_verls_dataset(paper_env: dict[str, str
     from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from hacrl.engines.verl.data import write_parquet
+    from hacrl.engines.verl.parquet import write_parquet
 
     cfg = compose(["scale=paper", *paper_env["HACRL_TEST_OVERRIDES"].split()])
     path = write_parquet(cfg.data, "math_train")
@@ -515,7 +515,12 @@ def test_loss_callable_pickles_for_ray() -> None:
 def test_cpu_layer_changes_only_the_device_layer() -> None:
     from omegaconf import OmegaConf
 
-    from hacrl.engines.verl.config import cpu_layer, rollout_name, validate_verl_config, verl_config
+    from hacrl.engines.verl.translate import (
+        cpu_layer,
+        rollout_name,
+        validate_verl_config,
+        verl_config,
+    )
 
     def build(*overrides: str):
         cfg = compose(["engine=verl", *overrides])
@@ -564,7 +569,7 @@ def _flat(node: object, prefix: str = "") -> dict[str, object]:
     ("engine.cpu_workers=0", "engine.cpu_workers=0"),
 ])
 def test_cpu_config_errors_name_the_key(override: str, message: str) -> None:
-    from hacrl.engines.verl.config import verl_config
+    from hacrl.engines.verl.translate import verl_config
 
     cfg = compose(["engine=verl", "engine.device=cpu", override])
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
@@ -575,7 +580,7 @@ def test_cpu_config_errors_name_the_key(override: str, message: str) -> None:
 def test_vllm_on_cpu_without_vllm_says_how_to_install_it() -> None:
     import importlib.util
 
-    from hacrl.engines.verl.config import rollout_name
+    from hacrl.engines.verl.translate import rollout_name
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here: nothing is missing")

@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray", reason="Ray comes with the [verl] extra")
 
 from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss  # noqa: E402
 from hacrl.engines.verl import batch as vb  # noqa: E402
-from hacrl.engines.verl.loss import DENOMINATORS, UPDATE_INDEX  # noqa: E402
+from hacrl.engines.verl.worker_loss import DENOMINATORS, UPDATE_INDEX  # noqa: E402
 from hacrl.rollout import TokenView  # noqa: E402
 
 CONFIG = LossConfig(alpha=0.6, kl_coef=0.0)
@@ -84,7 +84,7 @@ def _rank_worker_class() -> type:
         def update_actor(self, data):  # noqa: ANN001, ANN202
             from verl.utils import tensordict_utils as tu
 
-            from hacrl.engines.verl.loss import loss_callable
+            from hacrl.engines.verl.worker_loss import loss_callable
             from hacrl.engines.verl.workers import UpdateNumbering
 
             numbering = UpdateNumbering()
@@ -134,7 +134,7 @@ def test_two_agents_rollout_replicas_get_disjoint_ranks_and_sockets(ray_cpu: Non
     from verl.single_controller.base.decorator import Dispatch, register
 
     from hacrl.config import compose
-    from hacrl.engines.verl.config import verl_config
+    from hacrl.engines.verl.translate import verl_config
     from hacrl.engines.verl.workers import worker_classes
 
     class WithRolloutStandIn(worker_classes()[1]):  # type: ignore[misc, valid-type]

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from hacrl.task import load_split
+from hacrl.arith import load_split
 from hacrl.zoo import (
     ZOO,
     SFTConfig,

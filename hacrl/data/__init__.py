@@ -4,8 +4,8 @@
 `data.root`; `local_file` / `load_rows` read them back offline.
 """
 
-from hacrl.data.local import load_rows, local_file, local_state
 from hacrl.data.prepare import PrepareResult, prepare
+from hacrl.data.read import load_rows, local_file, local_state
 from hacrl.data.sources import DataError, DataMissing, HubUnreachable, Source, load_sources
 
 __all__ = [

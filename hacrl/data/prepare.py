@@ -1,7 +1,7 @@
 """`prepare`: download each source once, convert it, check it and write it locally.
 
 Hub sources go through `datasets.load_dataset(hub_id, name=config, split=split,
-revision=revision)`; synthetic sources are drawn from `hacrl.task`. A source is written only when
+revision=revision)`; synthetic sources are drawn from `hacrl.arith`. A source is written only when
 its row count (and pinned sha256, if any) is right, so a file under the final name is always a
 complete, checked copy. Training and evaluation then read only these local files.
 """
@@ -126,7 +126,7 @@ def prepare_source(source: Source, root: Path, instruction: str,
 
     rows = _rows_for(source, instruction)
     if source.rows is not None and len(rows) != source.rows:
-        origin = source.hub_id or f"hacrl.task split {source.split}"
+        origin = source.hub_id or f"hacrl.arith split {source.split}"
         raise DataError(f"data.sources.{source.name}.rows={source.rows}: {origin} gave "
                         f"{len(rows)} rows; nothing written (a different revision or split? fix "
                         "the catalog if the change is expected)")

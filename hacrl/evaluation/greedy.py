@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hacrl.arith import Problem
 from hacrl.engines.base import Engine, SamplingParams
 from hacrl.rollout import render_prompt_ids
-from hacrl.task import Problem
 from hacrl.tasks import Grader
 
 

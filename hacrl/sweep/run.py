@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hacrl.errors import check_writable
-from hacrl.sweep.cells import SWEEP_DIR, Cell, expand
+from hacrl.sweep.grid import SWEEP_DIR, Cell, expand
 from hacrl.sweep.state import (
     DEADLINE_S,
     cell_status,

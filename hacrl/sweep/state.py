@@ -32,7 +32,7 @@ from typing import Any
 
 from hacrl.checkpoint import read_done
 from hacrl.errors import HacrlError
-from hacrl.sweep.cells import Cell
+from hacrl.sweep.grid import Cell
 from hacrl.tracking import Tracker, process_alive
 
 HEARTBEAT_S = 30.0   # a running cell rewrites its state file this often

@@ -23,7 +23,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from hacrl.task import load_probe, load_split
+from hacrl.arith import load_probe, load_split
 from hacrl.zoo.sft import SFTConfig, probe_accuracy, sft_train
 from hacrl.zoo.specs import ZOO, ZooSpec, make_config, validate_names
 from hacrl.zoo.tokenizers import FAMILIES, build_tokenizer

@@ -16,7 +16,7 @@ from typing import Any, cast
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from hacrl.task import Problem, grade_many
+from hacrl.arith import Problem, grade_many
 
 __all__ = [
     "SFTConfig",

@@ -36,7 +36,7 @@ def describe(context: Any, model_path: str) -> dict[str, Any]:
 
     from omegaconf import OmegaConf
 
-    from hacrl.engines.verl.config import agent_verl_config, validate_verl_config
+    from hacrl.engines.verl.translate import agent_verl_config, validate_verl_config
 
     v = agent_verl_config(context, model_path)
     local = Path(model_path).is_dir()

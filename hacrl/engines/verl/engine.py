@@ -37,7 +37,8 @@ from torch import Tensor
 from hacrl.algo import Denominators, LossBatch
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams
 from hacrl.engines.verl import batch as vb
-from hacrl.engines.verl.config import (
+from hacrl.engines.verl.parquet import source_name, write_parquet
+from hacrl.engines.verl.translate import (
     AgentPlacement,
     agent_verl_config,
     on_cpu,
@@ -45,8 +46,7 @@ from hacrl.engines.verl.config import (
     rollout_name,
     validate_verl_config,
 )
-from hacrl.engines.verl.data import source_name, write_parquet
-from hacrl.engines.verl.loss import (
+from hacrl.engines.verl.worker_loss import (
     DENOMINATORS,
     ROWS,
     SUMMED,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from hacrl.engines.verl.loss import UPDATE_INDEX
+from hacrl.engines.verl.worker_loss import UPDATE_INDEX
 
 
 class UpdateNumbering:

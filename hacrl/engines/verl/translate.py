@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo import LossConfig
 from hacrl.config import ConfigError
-from hacrl.engines.verl.data import parquet_path, source_name
+from hacrl.engines.verl.parquet import parquet_path, source_name
 
 # sections of the verl config the workers turn into dataclasses
 VALIDATED = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref",

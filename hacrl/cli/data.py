@@ -3,7 +3,7 @@
 
 Names and Hydra overrides (`data.root=/x`) may be mixed on the command line: an argument with
 `=` is an override. `add_parser` registers the commands on the main `hacrl` parser; `main` runs
-them standalone (`python -m hacrl.data.cli`).
+them standalone (`python -m hacrl.cli.data`).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def _list(data_cfg: Any, scale: str | None) -> int:
 
 
 def _verl(data_cfg: Any, names: list[str]) -> int:
-    from hacrl.engines.verl.data import write_parquet
+    from hacrl.engines.verl.parquet import write_parquet
 
     for name in names:
         print(f"{name}: {write_parquet(data_cfg, name)}")

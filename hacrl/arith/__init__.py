@@ -1,6 +1,7 @@
 """Synthetic verifiable arithmetic task: problems, splits and a boxed-answer verifier."""
 
-from hacrl.task.arith import (
+from hacrl.arith.boxed import extract_boxed, grade, grade_many, normalize_answer
+from hacrl.arith.problems import (
     BENCHMARKS,
     LEVELS,
     SPLITS,
@@ -12,7 +13,6 @@ from hacrl.task.arith import (
     make_problem,
     write_split_jsonl,
 )
-from hacrl.task.verify import extract_boxed, grade, grade_many, normalize_answer
 
 __all__ = [
     "BENCHMARKS",

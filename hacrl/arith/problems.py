@@ -159,6 +159,7 @@ def _level_quotas(spec: SplitSpec) -> list[int]:
 
 
 def _draw_split(spec: SplitSpec, exclude: frozenset[str] = frozenset()) -> tuple[Problem, ...]:
+    # the seed string keeps the package's old name: the splits (and their pinned sha256) are unchanged
     rng = random.Random(f"hacrl.task/{_VERSION}/{spec.name}")
     exprs: list[tuple[str, int]] = []
     seen: set[str] = set()

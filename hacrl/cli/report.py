@@ -1,4 +1,4 @@
-"""`hacrl report` and `hacrl plot` (wired into the `hacrl` command by hacrl/cli.py)."""
+"""`hacrl report` and `hacrl plot` (wired into the `hacrl` command by hacrl/cli/main.py)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.store import Store
-from hacrl.sweep.cells import Cell
+from hacrl.sweep.grid import Cell
 
 REASONS = {"RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
            "SCHEDULED": "running", "FINISHED": "finished without this metric"}
@@ -69,7 +69,7 @@ def sweep_cells(sweep: str, overrides: list[str], sweep_dir: Path | None,
                 and all(c.scale == scale for c in cells)):
             return cells
     from hacrl.config import compose
-    from hacrl.sweep.cells import SWEEP_DIR, expand
+    from hacrl.sweep.grid import SWEEP_DIR, expand
 
     return expand(sweep, lambda extra: compose([*overrides, *extra]), dirs or (SWEEP_DIR,)).cells
 

@@ -90,7 +90,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.config import ConfigError
-    from hacrl.sweep.cells import sweep_file
+    from hacrl.sweep.grid import sweep_file
 
     try:
         if not any(o.startswith("hydra.searchpath") for o in overrides):
@@ -220,8 +220,8 @@ def _main(argv: list[str] | None) -> int:
     status = sub.add_parser("status", help="the table of a sweep's cells (while it runs or after)")
     status.add_argument("name")
     status.add_argument("overrides", nargs="*", help="e.g. output_root=... (where it ran)")
-    from analysis.cli import add_parsers as add_analysis_parsers
-    from hacrl.data.cli import add_parser as add_data_parser
+    from hacrl.cli.data import add_parser as add_data_parser
+    from hacrl.cli.report import add_parsers as add_analysis_parsers
 
     add_analysis_parsers(sub)
     add_data_parser(sub)
@@ -254,11 +254,11 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "status":
         return _status(args, [*args.overrides, *unknown])
     if args.command in ("report", "plot"):
-        from analysis.cli import run as run_analysis
+        from hacrl.cli.report import run as run_analysis
 
         return run_analysis(args, [*args.overrides, *unknown])
     if args.command == "data":
-        from hacrl.data.cli import run as run_data
+        from hacrl.cli.data import run as run_data
 
         return run_data(args, unknown)
     if unknown:
