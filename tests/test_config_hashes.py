@@ -1,0 +1,29 @@
+"""Every cell of the `paper` sweep keeps its config hash (the key that says a cell is done, in
+run folders and MLflow tags): a refactor that changes one would retrain it, or orphan its runs.
+
+The pinned file was written from the tree before the issue-13 redesign. A change here must be
+deliberate: a new config key enters every hash, so new keys go where hashing ignores them or
+come with a migration note.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hacrl.config import compose
+from hacrl.sweep.grid import expand
+
+PINNED = json.loads((Path(__file__).parent / "fixtures" / "paper_cell_hashes.json").read_text())
+
+
+@pytest.mark.parametrize("scale", ["tiny", "paper"])
+def test_every_paper_cell_keeps_its_config_hash(scale: str) -> None:
+    extra = [] if scale == "tiny" else ["scale=paper"]
+    cells = expand("paper", lambda overrides: compose([*overrides, *extra])).cells
+    now = {" ".join(c.overrides): c.id for c in cells}
+    assert len(now) == len(PINNED[scale])
+    changed = {k: (PINNED[scale].get(k), v) for k, v in now.items() if PINNED[scale].get(k) != v}
+    assert not changed, f"{len(changed)} cells changed hash, e.g. {next(iter(changed.items()))}"
