@@ -216,8 +216,7 @@ def validate(cfg: DictConfig) -> JobSpec:
 
 
 def _eval_check(cfg: DictConfig) -> None:
-    from hacrl.evaluation import Protocol
-    from hacrl.evaluation.lmeval import TASK_DIR, task_name
+    from hacrl.evaluation.protocol import TASK_DIR, Protocol, task_name
 
     if not _get(cfg, "eval.at_end"):
         return

@@ -40,7 +40,7 @@ from hacrl import checkpoint, faults
 from hacrl.config import AgentSpec, JobSpec
 from hacrl.engines.base import EngineContext, SamplingParams, engine_hook, make_engine
 from hacrl.errors import HacrlError, check_writable
-from hacrl.evaluation import greedy_accuracy
+from hacrl.evaluation.greedy import greedy_accuracy
 from hacrl.evaluation.runner import evaluate_into_run
 from hacrl.loop import Agent, LoopSettings, PromptSchedule, TeamLoop, seed_everything
 from hacrl.tasks import grader, load_problems

@@ -19,7 +19,7 @@ Grader = Callable[[list[str], list[str]], list[float]]  # (responses, answers) -
 
 def check_task(cfg: DictConfig) -> None:
     """Fail early (ConfigError) when a split the job needs is not available locally."""
-    from hacrl.config import ConfigError
+    from hacrl.errors import ConfigError
 
     name = cfg.task.name
     splits = [cfg.task.train_split, *([cfg.validation.benchmark] if cfg.validation.every else []),

@@ -17,7 +17,6 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from hacrl.config import ConfigError
 from hacrl.data.convert import convert_rows, synthetic_rows
 from hacrl.data.files import META_VERSION, atomic_write, data_path, inspect, meta_path
 from hacrl.data.sources import (
@@ -28,6 +27,7 @@ from hacrl.data.sources import (
     instruction_text,
     load_sources,
 )
+from hacrl.errors import ConfigError
 
 __all__ = ["PrepareResult", "prepare", "prepare_source", "select_sources"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hacrl.config import ConfigError
+from hacrl.errors import ConfigError
 
 __all__ = [
     "ANSWER_RULES",

@@ -6,7 +6,8 @@ lmeval.py     the hacrl_* lm-eval tasks: materialised per protocol and run throu
 runner.py     `hacrl eval` targets and logging into MLflow runs
 """
 
-from hacrl.evaluation.greedy import greedy_accuracy
+# Only the protocol here: it sits below the config (layer `resources`); greedy.py, lmeval.py and
+# runner.py use engines and the store and are imported by their own names.
 from hacrl.evaluation.protocol import Protocol, Sampling, paper_benchmark
 
-__all__ = ["Protocol", "Sampling", "greedy_accuracy", "paper_benchmark"]
+__all__ = ["Protocol", "Sampling", "paper_benchmark"]

@@ -19,14 +19,9 @@ from typing import Any
 
 import yaml
 
-from hacrl.evaluation.protocol import Protocol
+from hacrl.evaluation.protocol import TASK_DIR, Protocol, task_name
 
-TASK_DIR = Path(__file__).parent / "lm_eval_tasks"
 SUITE = "hacrl_suite"
-
-
-def task_name(benchmark: str) -> str:
-    return f"hacrl_{benchmark}"
 
 
 class _Function(str):
@@ -61,7 +56,7 @@ def materialize(benchmarks: list[str], data_files: dict[str, Path], protocol: Pr
     for benchmark in benchmarks:
         shipped = TASK_DIR / f"{task_name(benchmark)}.yaml"
         if not shipped.is_file():
-            from hacrl.config import ConfigError
+            from hacrl.errors import ConfigError
 
             known = sorted(p.stem.removeprefix("hacrl_") for p in TASK_DIR.glob("hacrl_*.yaml")
                            if p.stem not in ("hacrl_paper", "hacrl_tiny"))
@@ -116,7 +111,7 @@ class Backend:
                     # prompts longer than this would be truncated silently by vllm
                     "max_model_len": self.max_prompt_tokens + protocol.max_new_tokens,
                     "seed": seed}
-        from hacrl.config import ConfigError
+        from hacrl.errors import ConfigError
 
         raise ConfigError(f"eval.backend={self.name}: unknown backend; use hf or vllm")
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+# The shipped lm-eval task files (one `hacrl_<benchmark>.yaml` each); the config checks them.
+TASK_DIR = Path(__file__).parent / "lm_eval_tasks"
+
+
+def task_name(benchmark: str) -> str:
+    return f"hacrl_{benchmark}"
 
 
 def paper_benchmark(benchmark: str) -> str:
@@ -50,7 +58,7 @@ class Protocol:
     @classmethod
     def from_config(cls, node: Any, where: str = "eval.protocol") -> Protocol:
         """Build from a protocol node (DictConfig or mapping); errors name the key `where`.X."""
-        from hacrl.config import ConfigError
+        from hacrl.errors import ConfigError
 
         def sampling(where: str, n: Any) -> Sampling:
             s = Sampling(int(n.get("samples", 1)), float(n.get("temperature", 0.0)),
@@ -79,7 +87,7 @@ class Protocol:
     @classmethod
     def in_use(cls, eval_cfg: Any) -> list[Protocol]:
         """The protocols `eval.use` names, from their definitions in `eval.protocols`."""
-        from hacrl.config import ConfigError
+        from hacrl.errors import ConfigError
 
         defined = eval_cfg.get("protocols") or {}
         names = list(eval_cfg.get("use") or [])

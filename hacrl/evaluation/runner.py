@@ -185,7 +185,7 @@ def latest_checkpoint(run_dir: Path, model: str) -> tuple[int, Path] | None:
 
 def target_from_run(tracker: Tracker, run_id: str) -> Target:
     """An agent run of a training job: its latest checkpoint (or its base model at step 0)."""
-    from hacrl.config import ConfigError
+    from hacrl.errors import ConfigError
 
     try:
         run = tracker.client.get_run(run_id)
@@ -221,7 +221,7 @@ def standalone_run(tracker: Tracker, cfg: DictConfig, label: str, model_path: st
 
 def target_from_checkpoint(tracker: Tracker, cfg: DictConfig, path: Path) -> Target:
     """A model directory; inside a job's run directory its scores go to that agent's run."""
-    from hacrl.config import ConfigError
+    from hacrl.errors import ConfigError
 
     path = path.expanduser().resolve()
     if not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():

@@ -28,7 +28,7 @@ def sbatch_parameters(launcher: Mapping[str, Any]) -> dict[str, Any]:
         params["mem"] = _convert_mem(params["mem"])
     unknown = sorted(set(params) - set(_get_default_parameters()))
     if unknown:
-        from hacrl.config import ConfigError
+        from hacrl.errors import ConfigError
 
         raise ConfigError(f"hydra.launcher.{unknown[0]}: not a SLURM parameter submitit knows")
     return params

@@ -37,8 +37,8 @@ def source_name(data_cfg: DictConfig, split: str) -> str:
     """The data source a task split reads: the split itself (task=math: `math_train`) or the
     synthetic source drawn from that split of the embedded task (task=arith: `train` ->
     `tiny_train`)."""
-    from hacrl.config import ConfigError
     from hacrl.data.sources import load_sources
+    from hacrl.errors import ConfigError
 
     sources = load_sources(data_cfg)
     if split in sources:

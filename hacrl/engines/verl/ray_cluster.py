@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hacrl.config import ConfigError
+from hacrl.errors import ConfigError
 
 DEFAULT_PORT = 6379
 LOCAL = "local"   # connect's answer when ray.init() should start a one-node Ray in-process

@@ -1,0 +1,181 @@
+"""The import rule of docs/ARCHITECTURE.md ("Layers"): every import, function-level ones
+included, points down the layer table or sideways within a layer, and no import cycle exists.
+
+Importing `a.b.c` also runs `a/__init__.py` and `a/b/__init__.py`, so those packages count as
+imported too (except a module's own ancestors, which Python has initialised already).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("hacrl", "analysis", "hydra_plugins")
+
+# bottom to top; a module belongs to the longest prefix that names it ("hacrl" alone: the root)
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("leaves", ("hacrl", "hacrl.errors", "hacrl.faults", "hacrl.layout", "hacrl.schema")),
+    ("algo", ("hacrl.algo",)),
+    ("primitives", ("hacrl.rollout", "hacrl.telemetry", "hacrl.verify", "hacrl.arith")),
+    ("resources", ("hacrl.data", "hacrl.tasks", "hacrl.zoo", "hacrl.checkpoint", "hacrl.tracking",
+                   "hacrl.evaluation", "hacrl.evaluation.protocol")),
+    ("config", ("hacrl.config",)),
+    ("engines", ("hacrl.engines",)),
+    ("evaluation", ("hacrl.evaluation.greedy", "hacrl.evaluation.lmeval", "hacrl.evaluation.runner",
+                    "hacrl.evaluation.lm_eval_tasks")),
+    ("loop", ("hacrl.loop",)),
+    ("job", ("hacrl.job", "hacrl.dryrun", "hacrl.bench")),
+    ("sweep | analysis", ("hacrl.sweep", "analysis")),
+    ("cli", ("hacrl.cli", "hacrl.train", "hydra_plugins")),
+]
+# same layer, but neither may import the other: the CLI joins them
+APART = (("hacrl.sweep", "analysis"),)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or (prefix != "hacrl" and name.startswith(prefix + "."))
+
+
+def layer_of(name: str) -> tuple[int, str]:
+    """(rank, the prefix that placed it)."""
+    best: tuple[int, str] | None = None
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if _within(name, prefix) and (best is None or len(prefix) > len(best[1])):
+                best = (rank, prefix)
+    assert best is not None, f"{name} is in no layer: add it to LAYERS and docs/ARCHITECTURE.md"
+    return best
+
+
+def imports(known: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the project modules it imports anywhere in its body (plus their packages)."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = defaultdict(set)
+    for module, path in known.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parts, *([node.module] if node.module else [])])
+                targets = [f"{base}.{a.name}" for a in node.names]
+            for target in targets:
+                hit = resolve(target)
+                if hit is None or hit == module:
+                    continue
+                edges[module].add(hit)
+                parent = hit.rpartition(".")[0]
+                while parent:  # packages run on the way, unless they are the importer's own
+                    if parent in known and not _within(module, parent):
+                        edges[module].add(parent)
+                    parent = parent.rpartition(".")[0]
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def violations(edges: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, targets in sorted(edges.items()):
+        rank, prefix = layer_of(module)
+        for target in sorted(targets):
+            target_rank, target_prefix = layer_of(target)
+            apart = any((_within(module, a) and _within(target, b)) or
+                        (_within(module, b) and _within(target, a)) for a, b in APART)
+            if target_rank > rank:
+                bad.append(f"{module} ({LAYERS[rank][0]}) imports {target} ({LAYERS[target_rank][0]})")
+            elif apart:
+                bad.append(f"{module} imports {target}: {prefix} and {target_prefix} stay apart")
+    return bad
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in modules():
+        layer_of(module)
+
+
+def test_no_import_cycles() -> None:
+    found = cycles(imports(modules()))
+    assert not found, "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_imports_point_down() -> None:
+    bad = violations(imports(modules()))
+    assert not bad, f"{len(bad)} upward imports:\n" + "\n".join(bad)
+
+
+def test_the_walk_sees_function_level_and_package_imports(tmp_path: Path) -> None:
+    """The checker itself: an import inside a function, and the package an import runs."""
+    known = {"hacrl.algo.x": tmp_path / "x.py", "hacrl.job": tmp_path / "job.py",
+             "hacrl.evaluation": tmp_path / "__init__.py", "hacrl.evaluation.greedy": tmp_path / "g.py"}
+    known["hacrl.algo.x"].write_text("def f():\n    from hacrl.job import run\n")
+    known["hacrl.job"].write_text("import hacrl.evaluation.greedy\n")
+    known["hacrl.evaluation"].write_text("")
+    known["hacrl.evaluation.greedy"].write_text("from hacrl.algo import x\n")
+    edges = imports(known)
+    assert edges["hacrl.algo.x"] == {"hacrl.job"}
+    assert edges["hacrl.job"] == {"hacrl.evaluation", "hacrl.evaluation.greedy"}
+    assert violations(edges) == ["hacrl.algo.x (algo) imports hacrl.job (job)"]
+    assert cycles(edges) == [["hacrl.algo.x", "hacrl.evaluation.greedy", "hacrl.job"]]
