@@ -1,0 +1,73 @@
+"""MLflow tags hacrl writes on its runs, and the queries that find runs by them.
+
+Every run carries `KIND`: a `JOB` run (one training job) with one nested `AGENT` run per trained
+model; `EVAL` runs (a model evaluated outside a job: base models, `hacrl eval --model`); `REPORT`
+runs (`hacrl report`). Job and agent runs carry the identity tags (`IDENTITY`), so any run can be
+placed in a table without its config; `CONFIG_HASH` is the key that says a job is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# what a run is
+KIND = "hacrl.kind"
+JOB, AGENT, EVAL, REPORT = "job", "agent", "eval", "report"
+
+# identity of a job (also on its agent runs): plain names, so UI filters read naturally
+PAIR = "pair"
+SETTING = "setting"
+METHOD = "method"
+SEED = "seed"
+SCALE = "scale"
+ENGINE = "engine"
+PROFILE = "profile"
+GIT_COMMIT = "git_commit"
+CONFIG_HASH = "config_hash"
+TIMING_REPEAT = "timing_repeat"
+IDENTITY = (PAIR, SETTING, METHOD, SEED, SCALE, ENGINE, PROFILE, GIT_COMMIT, CONFIG_HASH,
+            TIMING_REPEAT)
+MODEL = "model"        # an agent or evaluation run: the catalog name of its model
+SWEEP = "sweep"        # a report run: the sweep it reports
+
+# bookkeeping of hacrl's own
+RUN_DIR = "hacrl.run_dir"            # a job's folder (`hacrl.layout.RunDir`)
+MODEL_PATH = "hacrl.model_path"      # an evaluation run: the weights it scored
+STEP = "hacrl.step"                  # ... and the training step they stand at
+CELL = "hacrl.cell"                  # the sweep cell a job serves
+SWEEPS = "hacrl.sweeps"              # ... and the sweeps that asked for it (comma-separated)
+RESUMED_AT_STEP = "hacrl.resumed_at_step"
+REPORT_DIR = "hacrl.report_dir"
+PID = "hacrl.pid"                    # the process that runs it, to tell a dead run from a live one
+PID_TOKEN = "hacrl.pid_token"
+HOST = "hacrl.host"
+
+# MLflow's own
+PARENT = "mlflow.parentRunId"
+RUN_NAME = "mlflow.runName"
+
+EVAL_FIELDS = ("key", "benchmarks", "protocol", "backend", "model_path", "lm_eval", "step")
+
+
+def eval_tag(protocol: str, field: str) -> str:
+    """`hacrl.eval.<protocol>.<field>`: what an evaluation under `protocol` was (its `key` says
+    whether a later run may skip it)."""
+    if field not in EVAL_FIELDS:
+        raise ValueError(f"eval tag field {field!r}: one of {', '.join(EVAL_FIELDS)}")
+    return f"hacrl.eval.{protocol}.{field}"
+
+
+def ref(tag: str) -> str:
+    """A tag in an MLflow search filter (backquoted: our names hold dots)."""
+    return f"tags.`{tag}`"
+
+
+def where(tags: Mapping[str, str], status: str | None = None) -> str:
+    """An MLflow search filter: every tag equals its value (and the run has `status`)."""
+    for value in tags.values():
+        if "'" in str(value):
+            raise ValueError(f"tag value {value!r}: a quote cannot be searched for")
+    clauses = [f"{ref(k)} = '{v}'" for k, v in tags.items()]
+    if status is not None:
+        clauses.append(f"attributes.status = '{status}'")
+    return " and ".join(clauses)
