@@ -288,6 +288,18 @@ def save(ckpt_root: Path, step: int, save_agents: Callable[[Path], None],
 # -- reading --------------------------------------------------------------------------------------
 
 
+def agent_weights(folder: Path, agent: str) -> Path:
+    """An agent's HF weights in a step folder: engines save an agent into `<agent>/`, its
+    weights in `model/` next to its optimizer state."""
+    return folder / agent / "model"
+
+
+def has_record(folder: Path) -> bool:
+    """The step folder's COMPLETE holds this hacrl's record (sizes and hashes), not an older
+    hacrl's bare step number."""
+    return (folder / MARK).read_text().lstrip().startswith("{")
+
+
 def complete(ckpt_root: Path) -> list[tuple[int, Path]]:
     """Checkpoints marked complete, newest first (not yet verified)."""
     found = []

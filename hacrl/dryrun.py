@@ -19,10 +19,10 @@ from hacrl.engines.base import EngineContext, engine_hook
 
 def contexts(spec: JobSpec) -> list[tuple[EngineContext, str]]:
     """(context, model path) of every agent of every team, as the job would build them."""
-    from hacrl.job import engine_context, run_dir
+    from hacrl.job import engine_context, job_dir
 
-    root = run_dir(spec)
-    return [(engine_context(spec, agent, i, len(team), root / f"team-{t}"), agent.path)
+    root = job_dir(spec)
+    return [(engine_context(spec, agent, i, len(team), root.team(t).path), agent.path)
             for t, team in enumerate(spec.teams) for i, agent in enumerate(team)]
 
 

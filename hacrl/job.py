@@ -27,7 +27,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -42,10 +41,14 @@ from hacrl.engines.base import EngineContext, SamplingParams, engine_hook, make_
 from hacrl.errors import HacrlError, check_writable
 from hacrl.evaluation.greedy import greedy_accuracy
 from hacrl.evaluation.runner import evaluate_into_run
+from hacrl.layout import Layout, RunDir, TeamDir
 from hacrl.loop import Agent, LoopSettings, PromptSchedule, TeamLoop, seed_everything
+from hacrl.mlflow_store import resolve_uri
+from hacrl.schema import metrics as M
+from hacrl.schema import tags as T
 from hacrl.tasks import grader, load_problems
 from hacrl.telemetry import peak_memory_metrics
-from hacrl.tracking import Tracker, flatten, resolve_uri
+from hacrl.tracking import Tracker, flatten
 
 
 def git_commit() -> str:
@@ -58,25 +61,17 @@ def git_commit() -> str:
 
 
 def run_dir(spec: JobSpec) -> Path:
-    return spec.output_root / "runs" / f"{spec.config_hash}-{spec.method.name}"
+    return job_dir(spec).path
 
 
-@dataclass
-class TeamPaths:
-    root: Path
+def job_dir(spec: JobSpec) -> RunDir:
+    return Layout(spec.output_root).run(spec.config_hash, spec.method.name)
 
-    @property
-    def ckpt(self) -> Path:
-        return self.root / "ckpt"
 
-    @property
-    def done(self) -> Path:
-        return self.root / "DONE.json"
-
-    def finished(self, steps: int) -> dict[str, Any] | None:
-        """The team's DONE.json record if it is whole and for `steps` steps; else None (with a
-        warning when a file is there but unusable: the team then counts as not done)."""
-        return checkpoint.read_done(self.done, steps)
+def finished(team: TeamDir, steps: int) -> dict[str, Any] | None:
+    """The team's DONE.json record if it is whole and for `steps` steps; else None (with a
+    warning when a file is there but unusable: the team then counts as not done)."""
+    return checkpoint.read_done(team.done, steps)
 
 
 def _settings(spec: JobSpec) -> LoopSettings:
@@ -152,8 +147,9 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
         return done
     if c.engine.get("threads"):
         torch.set_num_threads(int(c.engine.threads))
-    directory = run_dir(spec)
-    teams = [TeamPaths(directory / f"team-{i}") for i in range(len(spec.teams))]
+    layout = job_dir(spec)
+    directory = layout.path
+    teams = [layout.team(i) for i in range(len(spec.teams))]
     check_writable(spec.output_root)
     tracker = Tracker(resolve_uri(c.tracking.uri, spec.output_root), c.tracking.experiment)
     if not spec.method.trains:
@@ -171,7 +167,7 @@ def job_lock(directory: Path, config_hash: str) -> Iterator[None]:
     """An exclusive lock on the job for the life of this process's work on it (flock: released
     when the process ends, however it ends; on NFS when the lost client's lease expires), so
     two processes never train into one run directory, whatever a sweep's state files say."""
-    path = directory.parent / f".{directory.name}.lock"
+    path = RunDir(directory).lock
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
@@ -188,31 +184,31 @@ def job_lock(directory: Path, config_hash: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _train_job(spec: JobSpec, tracker: Tracker, directory: Path, teams: list[TeamPaths],
+def _train_job(spec: JobSpec, tracker: Tracker, directory: Path, teams: list[TeamDir],
                startup_s: float, reaped: list[str], progress: bool) -> dict[str, Any]:
     c = spec.cfg
     steps = int(c.train.steps)
-    if all(t.finished(steps) for t in teams) and not c.force:
-        if finished := _finished_job_run(tracker, spec):
+    if all(finished(t, steps) for t in teams) and not c.force:
+        if done_run := _finished_job_run(tracker, spec):
             print(f"hacrl: job {spec.config_hash} already finished ({directory}); force=true "
                   "re-trains", file=sys.stderr)
             return {"skipped": True, "run_dir": str(directory),
-                    **_evaluate_finished(spec, tracker, directory, finished)}
+                    **_evaluate_finished(spec, tracker, directory, done_run)}
         if (repaired := _repair(spec, tracker, directory, teams)) is not None:
             return repaired
         # no earlier run to complete (e.g. a new store): new runs, evaluated from the checkpoints
     if c.force:
         shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.yaml").write_text(OmegaConf.to_yaml(c))
+    RunDir(directory).config.write_text(OmegaConf.to_yaml(c))
 
-    tags = {**_identity_tags(spec), "hacrl.run_dir": str(directory), "hacrl.kind": "job"}
+    tags = {**_identity_tags(spec), T.RUN_DIR: str(directory), T.KIND: T.JOB}
     params = flatten(OmegaConf.to_container(c, resolve=True))  # type: ignore[arg-type]
-    job_run = tracker.start_run(f"{spec.method.name}:{tags['pair']}:s{c.seed}", tags, params)
-    agent_runs = {a.name: tracker.start_run(a.name, {**tags, "model": a.name, "hacrl.kind": "agent"},
+    job_run = tracker.start_run(f"{spec.method.name}:{tags[T.PAIR]}:s{c.seed}", tags, params)
+    agent_runs = {a.name: tracker.start_run(a.name, {**tags, T.MODEL: a.name, T.KIND: T.AGENT},
                                             params, parent_run_id=job_run)
                   for a in spec.agents}
-    tracker.log_artifact(job_run, directory / "config.yaml")
+    tracker.log_artifact(job_run, RunDir(directory).config)
     (directory / "checkpoint_location.txt").write_text(f"{directory}\n")
     tracker.log_artifact(job_run, directory / "checkpoint_location.txt")
     previous = _previous_job_run(tracker, spec, job_run, reaped)
@@ -233,10 +229,10 @@ def _train_job(spec: JobSpec, tracker: Tracker, directory: Path, teams: list[Tea
                 team_results.append(result)
                 for phase in PHASES:
                     phases[phase] += float(result.get(phase, 0.0))
-        tracker.log_metrics(job_run, {"time/wall_s": time.perf_counter() - started,
-                                      "time/startup_s": startup_s,
-                                      **{f"time/{k}": v for k, v in phases.items()},
-                                      "time/tracking_s": tracker.busy_s,
+        tracker.log_metrics(job_run, {M.WALL: time.perf_counter() - started,
+                                      M.STARTUP: startup_s,
+                                      **{M.seconds(k): v for k, v in phases.items()},
+                                      M.TRACKING: tracker.busy_s,
                                       **peak_memory_metrics()}, step=int(c.train.steps))
         faults.point("job_metrics")
         status = "FINISHED"
@@ -261,37 +257,34 @@ def _finish(tracker: Tracker, agent_runs: list[str], job_run: str, status: str) 
 
 
 def _finished_job_run(tracker: Tracker, spec: JobSpec) -> str | None:
-    runs = tracker.find_runs(f"tags.config_hash = '{spec.config_hash}' and tags.`hacrl.kind` = "
-                             "'job' and attributes.status = 'FINISHED'")
+    runs = tracker.find_runs(T.where({T.CONFIG_HASH: spec.config_hash, T.KIND: T.JOB}, "FINISHED"))
     return runs[0].info.run_id if runs else None
 
 
 def _repair(spec: JobSpec, tracker: Tracker, directory: Path,
-            teams: list[TeamPaths]) -> dict[str, Any] | None:
+            teams: list[TeamDir]) -> dict[str, Any] | None:
     """Every team is done but no job run FINISHED: the job was killed while finishing. Complete
     its newest unfinished runs in place: evaluations it lacks, its time metrics, FINISHED.
     None when there is no such run (or it lacks an agent run): the caller starts new runs."""
     c, steps = spec.cfg, int(spec.cfg.train.steps)
     # the newest run of the job (RUNNING ones were reaped: this process holds the job's lock)
-    runs = tracker.find_runs(f"tags.config_hash = '{spec.config_hash}' and "
-                             "tags.`hacrl.kind` = 'job'")[:1]
+    runs = tracker.find_runs(T.where({T.CONFIG_HASH: spec.config_hash, T.KIND: T.JOB}))[:1]
     runs = [r for r in runs if r.info.status in ("KILLED", "FAILED")]
     if not runs:
         return None
     job_run = runs[0].info.run_id
-    children = tracker.find_runs(f"tags.`mlflow.parentRunId` = '{job_run}'")
-    agent_runs = {ch.data.tags.get("model", ""): ch.info.run_id for ch in children}
+    agent_runs = _agent_runs(tracker, job_run)
     if any(a.name not in agent_runs for a in spec.agents):
         return None
     print(f"hacrl: job {spec.config_hash} was killed while finishing; completing its runs "
           f"(job run {job_run})", file=sys.stderr, flush=True)
-    records = [t.finished(steps) or {} for t in teams]
+    records = [finished(t, steps) or {} for t in teams]
     if c.eval.at_end:
         _evaluate_missing(spec, tracker, directory, agent_runs)
-    if "time/wall_s" not in runs[0].data.metrics:
+    if M.WALL not in runs[0].data.metrics:
         phases = {k: sum(float(r.get("phases", {}).get(k, 0.0)) for r in records)
                   for k in (*PHASES, "wall_s")}
-        tracker.log_metrics(job_run, {f"time/{k}": v for k, v in phases.items()}, steps)
+        tracker.log_metrics(job_run, {M.seconds(k): v for k, v in phases.items()}, steps)
     _finish(tracker, list(agent_runs.values()), job_run, "FINISHED")
     return {"job_run_id": job_run, "agent_run_ids": agent_runs, "run_dir": str(directory),
             "teams": records, "status": "FINISHED", "repaired": True}
@@ -310,6 +303,12 @@ def _evaluate_missing(spec: JobSpec, tracker: Tracker, directory: Path,
         evaluate_into_run(spec.cfg, model, tracker, agent_runs[agent.name], step)
 
 
+def _agent_runs(tracker: Tracker, job_run: str) -> dict[str, str]:
+    """model name -> run id of a job run's agent runs."""
+    return {ch.data.tags.get(T.MODEL, ""): ch.info.run_id
+            for ch in tracker.find_runs(T.where({T.PARENT: job_run}))}
+
+
 def _identity_tags(spec: JobSpec) -> dict[str, str]:
     """Tags that say what a run is (pair, method, seed, ...) and which sweep cell it serves."""
     c = spec.cfg
@@ -318,14 +317,14 @@ def _identity_tags(spec: JobSpec) -> dict[str, str]:
         pair, setting = str(c.pair.name), str(c.pair.setting)
     else:  # agents given directly: the team is its own "pair"
         pair, setting = "+".join(names), "single" if len(names) == 1 else "custom"
-    tags = {"pair": pair, "setting": setting, "method": spec.method.name, "seed": str(c.seed),
-            "scale": str(c.scale.name), "engine": str(c.engine.name), "profile": str(c.profile),
-            "git_commit": git_commit(), "config_hash": spec.config_hash,
-            "timing_repeat": str(c.get("timing_repeat", 0))}
+    tags = {T.PAIR: pair, T.SETTING: setting, T.METHOD: spec.method.name, T.SEED: str(c.seed),
+            T.SCALE: str(c.scale.name), T.ENGINE: str(c.engine.name), T.PROFILE: str(c.profile),
+            T.GIT_COMMIT: git_commit(), T.CONFIG_HASH: spec.config_hash,
+            T.TIMING_REPEAT: str(c.get("timing_repeat", 0))}
     cell = c.get("cell") or {}
     if cell.get("id"):
-        tags["hacrl.cell"] = str(cell.get("id"))
-        tags["hacrl.sweeps"] = ",".join(str(x) for x in cell.get("sweeps") or [])
+        tags[T.CELL] = str(cell.get("id"))
+        tags[T.SWEEPS] = ",".join(str(x) for x in cell.get("sweeps") or [])
     return tags
 
 
@@ -339,7 +338,7 @@ def _evaluate_base(spec: JobSpec, tracker: Tracker) -> dict[str, Any]:
     for agent in spec.agents:
         target = target_from_model(tracker, c, agent.name, agent.path)
         tracker.set_tags(target.run_id, {k: v for k, v in _identity_tags(spec).items()
-                                         if k.startswith("hacrl.cell") or k == "hacrl.sweeps"})
+                                         if k in (T.CELL, T.SWEEPS)})
         status = "FAILED"
         try:
             results = evaluate_into_run(c, target.model_path, tracker, target.run_id, 0,
@@ -361,8 +360,7 @@ def _evaluate_finished(spec: JobSpec, tracker: Tracker, directory: Path,
     c = spec.cfg
     if not c.eval.at_end:
         return {}
-    children = tracker.find_runs(f"tags.`mlflow.parentRunId` = '{job_run}'")
-    agent_runs = {ch.data.tags.get("model", ""): ch.info.run_id for ch in children}
+    agent_runs = _agent_runs(tracker, job_run)
     final: dict[str, dict[str, float]] = {}
     for agent in spec.agents:
         found = latest_checkpoint(directory, agent.name)
@@ -377,36 +375,33 @@ def _evaluate_finished(spec: JobSpec, tracker: Tracker, directory: Path,
 def _previous_job_run(tracker: Tracker, spec: JobSpec, current: str,
                       reaped: list[str]) -> dict[str, str] | None:
     """The latest earlier job run of this config that did not finish, with its agents' runs."""
-    runs = tracker.find_runs(f"tags.config_hash = '{spec.config_hash}' and tags.`hacrl.kind` = 'job'")
+    runs = tracker.find_runs(T.where({T.CONFIG_HASH: spec.config_hash, T.KIND: T.JOB}))
     for run in runs:
         if run.info.run_id != current and run.info.status in ("KILLED", "FAILED"):
-            children = tracker.find_runs(f"tags.`mlflow.parentRunId` = '{run.info.run_id}'")
-            out = {"job": run.info.run_id}
-            out.update({ch.data.tags.get("model", ""): ch.info.run_id for ch in children})
-            return out
+            return {"job": run.info.run_id, **_agent_runs(tracker, run.info.run_id)}
     return None
 
 
-def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, tracker: Tracker,
+def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamDir, tracker: Tracker,
               agent_runs: dict[str, str], previous: dict[str, str] | None, bar: tqdm) -> dict:
     c = spec.cfg
     steps = int(c.train.steps)
-    if (record := paths.finished(steps)) is not None:
+    if (record := finished(paths, steps)) is not None:
         # finished by an earlier run of this job: carry its curves and evaluations into this
         # run's agent runs, and evaluate what they still lack
         for a in team:
             if previous and a.name in previous:
-                tracker.set_tags(agent_runs[a.name], {"hacrl.resumed_at_step": str(steps)})
+                tracker.set_tags(agent_runs[a.name], {T.RESUMED_AT_STEP: str(steps)})
                 tracker.copy_history(previous[a.name], agent_runs[a.name], steps)
                 tracker.copy_eval_tags(previous[a.name], agent_runs[a.name])
         if c.eval.at_end:
-            _evaluate_missing(spec, tracker, paths.root.parent,
+            _evaluate_missing(spec, tracker, paths.path.parent,
                               {a.name: agent_runs[a.name] for a in team})
         bar.update(steps)
         return record
     setup_start = time.perf_counter()
     seed_everything(int(c.seed))
-    agents = [Agent(a.name, _engine(spec, a, i, len(team), paths.root))
+    agents = [Agent(a.name, _engine(spec, a, i, len(team), paths.path))
               for i, a in enumerate(team)]
     grade = grader(c)
     loop = TeamLoop(agents, spec.method, _settings(spec),
@@ -423,7 +418,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
     if latest is not None:
         start, _ = latest
         for agent in agents:
-            tracker.set_tags(agent_runs[agent.name], {"hacrl.resumed_at_step": str(start)})
+            tracker.set_tags(agent_runs[agent.name], {T.RESUMED_AT_STEP: str(start)})
             if previous and agent.name in previous:
                 tracker.copy_history(previous[agent.name], agent_runs[agent.name], start)
         bar.update(start)
@@ -439,7 +434,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
         for agent in agents:
             acc = greedy_accuracy(agent.engine, val_problems, c.task.prompt_template,
                                   int(c.validation.max_new_tokens), grade)
-            tracker.log_metrics(agent_runs[agent.name], {f"val/{c.validation.benchmark}/acc": acc}, step)
+            tracker.log_metrics(agent_runs[agent.name], {M.validation(str(c.validation.benchmark)): acc}, step)
         validation_s += time.perf_counter() - tic
 
     if val_every and start == 0:
@@ -449,7 +444,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
         result = loop.step(step)
         for agent, metrics in zip(agents, result.agent_metrics, strict=True):
             metrics.update(result.team_metrics)
-            metrics["time/wall_s"] = time.perf_counter() - job_start
+            metrics[M.WALL] = time.perf_counter() - job_start
             tracker.log_metrics(agent_runs[agent.name], metrics, step)
         if val_every and (step % val_every == 0 or step == steps):
             validate(step)
@@ -474,7 +469,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
         del loop, agents
         _release_memory()
         for name in names:
-            ckpt = paths.ckpt / f"step_{steps:06d}" / name / "model"
+            ckpt = checkpoint.agent_weights(checkpoint.step_dir(paths.ckpt, steps), name)
             model = str(ckpt) if (ckpt / "config.json").is_file() else fallback[name]
             final[name] = {k: v for r in evaluate_into_run(c, model, tracker, agent_runs[name],
                                                              steps, force=True)
@@ -488,7 +483,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], paths: TeamPaths, trac
               "eval_s": time.perf_counter() - eval_start,
               "wall_s": time.perf_counter() - setup_start}
     result_json = {"agents": agents_done, "steps": steps, "final": final, "phases": phases}
-    paths.root.mkdir(parents=True, exist_ok=True)  # steps=0 (evaluation only) saved nothing yet
+    paths.path.mkdir(parents=True, exist_ok=True)  # steps=0 (evaluation only) saved nothing yet
     write_atomic(paths.done, json.dumps(result_json, indent=1))
     faults.point("done_json")
     return {**result_json, **phases}
@@ -502,7 +497,7 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _save_checkpoint(paths: TeamPaths, step: int, agents: list[Agent], loop: TeamLoop) -> None:
+def _save_checkpoint(paths: TeamDir, step: int, agents: list[Agent], loop: TeamLoop) -> None:
     def save_agents(folder: Path) -> None:
         for agent in agents:
             agent.engine.save(folder / agent.name)

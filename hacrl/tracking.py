@@ -1,112 +1,34 @@
 """MLflow tracking: one run per job, one nested child run per agent, real stores only.
 
-The default store is `sqlite:///<output_root>/mlflow.db` (`resolve_uri`); `MLFLOW_TRACKING_URI`
-or `tracking.uri` point elsewhere (e.g. an `mlflow server`). Runs carry the pid and host of
-their process so a run whose process died can be marked KILLED.
-
-Safety of the store (issue 16), the choices and why:
-
-- **One lock around first use.** MLflow creates and migrates a sqlite store's tables the first
-  time a process opens it (`SqlAlchemyStore.__init__`), without an inter-process lock: 8 jobs on a
-  brand-new store crash (`duplicate column name`, alembic errors), and two creating the
-  experiment at once hit `UNIQUE constraint failed`. Every entry point opens the store through
-  `open_client` (Tracker: train, Hydra multirun, eval, sweep, report logging; `open_store`: the
-  read side), which holds an exclusive `fcntl.flock` on `<db>.lock` next to the database while
-  MLflow opens it and while the experiment is read or created. The lock lives next to the db,
-  not in /tmp, so jobs on several hosts sharing an output root see the same lock (flock works
-  across NFS clients on Linux; Lustre needs its `flock` mount option). The wait for it is
-  bounded (`LOCK_WAIT_S`). A server URI takes no file lock (the server serialises its own
-  writes); a lost race on `create_experiment` is recovered there too by re-reading by name.
-- **Rollback journal, not WAL.** WAL lets readers and one writer overlap and commits faster
-  (scripts/stress_store.py, 8 writers x 200 single-point calls: ~20-28 s with WAL, ~40 s
-  without), but both lose nothing and need no retry there. WAL needs shared memory, which
-  network filesystems do not provide (SQLite: "WAL does not work over a network filesystem"),
-  and that is where a cluster's output root lives; a WAL database cannot be read from a
-  read-only folder (it needs its -shm file), so an archived store could not be reported on; and
-  while a process holds it open, recent commits sit in the -wal file, so copying `mlflow.db`
-  alone (as the tests' template store is) loses them. So the store keeps SQLite's default
-  journal; many writers at speed belong on an `mlflow server`.
-- **Busy timeout and a bounded retry.** MLflow sets `PRAGMA busy_timeout = 20000` on every
-  session it opens (mlflow/store/db/utils.py), so a writer waits up to 20 s for another's
-  transaction; SQLite still answers "database is locked" at once where waiting could deadlock.
-  Tracker retries a call that fails so (the failed transaction was rolled back, so a retry
-  writes once) `LOCKED_RETRIES` times with jittered backoff (at most ~5 s of sleeps, and 20 s of
-  busy wait per try), then raises StoreError.
-- **A path with any characters.** SQLAlchemy percent-decodes the database part of the URL and
-  cuts it at the first `?`, so `sqlite_uri` encodes `%` and `?` (and nothing else, so an
-  ordinary path's URI is unchanged) and `sqlite_path` inverts it the same way. MLflow makes the
-  db's folder from the still-encoded text; the folders that creates are removed again.
-- **Faults are one line, fast.** Before MLflow starts (it retries a failing sqlite engine for
-  ~100 s and a refused HTTP connection for ~255 s) the store is checked: the URI's scheme, a
-  sqlite folder that cannot be created or written, a read-only db file or one that is not a
-  SQLite database, a server that does not answer `GET <uri>/health` within `PROBE_TIMEOUT_S`. Each raises StoreError naming the URI or
-  path and what to do. MLflow's own HTTP retries are bounded by `HTTP_BOUNDS` (set with
-  setdefault: a user's own setting wins).
+Runs carry the pid and host of their process (and a token of the process's start, against
+reused pids) so a run whose process died can be marked KILLED. Tag names are
+`hacrl.schema.tags`; how the store is opened, checked and locked is `hacrl.mlflow_store`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import logging
 import os
-import random
 import socket
-import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from hacrl.errors import StoreError, one_line
+from hacrl.layout import artifacts_beside
+from hacrl.mlflow_store import (  # noqa: F401  (TEMP re-export)
+    LOCKED_RETRIES,
+    Timed,
+    check_store,
+    experiment_id,
+    open_client,
+    resolve_uri,
+    sqlite_path,
+)
+from hacrl.schema import tags as T
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-
-PARAM_VALUE_LIMIT = 6000
-SQLITE_PREFIX = "sqlite:///"
-# a brand-new store takes ~10 s to create on a slow machine; 8+ jobs queue behind it, and the
-# holder of the lock is alive (flock dies with its process), so a long wait means a stuck peer
-LOCK_WAIT_S = 600.0
-PROBE_TIMEOUT_S = 5.0
-# retries after "database is locked": sleeps 0.1, 0.2, 0.4, 0.8, 1.6 s times a jitter of
-# 0.5-1.5, so at most ~4.7 s of sleeping (plus MLflow's 20 s busy wait in each of the 6 tries)
-LOCKED_RETRIES = 5
-# MLflow's defaults retry a refused connection 7 times with backoff factor 2 (~255 s). These
-# bound one call to 4 retries sleeping 0, 2, 4, 8 s (+ up to 1 s jitter each: under 20 s) for a
-# server that refuses, and 60 s per try for one that hangs; still enough for a brief restart.
-HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-               "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
-STORE_HELP = "pass output_root=... or tracking.uri=... (e.g. sqlite:///<path>/mlflow.db)"
-
-
-def sqlite_uri(db: Path) -> str:
-    """The URI of the sqlite file at exactly `db`, whatever characters its path holds."""
-    # SQLAlchemy percent-decodes the database part and ends it at the first '?': escape just
-    # those two, so the URI of an ordinary path stays `sqlite:///<path>`
-    return SQLITE_PREFIX + str(db).replace("%", "%25").replace("?", "%3F")
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The file a `sqlite:///` URI opens (decoded as SQLAlchemy does); None for other stores."""
-    if not uri.startswith(SQLITE_PREFIX):
-        return None
-    database = uri.removeprefix(SQLITE_PREFIX).split("?", 1)[0]
-    if not database or database == ":memory:":
-        return None
-    return Path(unquote(database))
-
-
-def resolve_uri(configured: str | None, output_root: Path) -> str:
-    """The store a job uses: `tracking.uri`, else MLFLOW_TRACKING_URI, else
-    `<output_root>/mlflow.db`."""
-    if configured:
-        return configured
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    return sqlite_uri(output_root / "mlflow.db")
+PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -163,261 +85,6 @@ def process_alive(pid: int, token: str | None = None) -> bool:
 
 # --- opening a store: checks up front, one lock, one-line errors ---------------------------
 
-def check_store(uri: str) -> None:
-    """The store checks of `open_client` for a writer, without importing MLflow: a command
-    calls it before its heavy imports, so a bad store is one line within seconds."""
-    scheme = urlsplit(uri).scheme.split("+", 1)[0]  # postgresql+psycopg2: a driver suffix
-    if scheme not in MLFLOW_SCHEMES and scheme not in _plugin_schemes() and uri != "databricks":
-        raise StoreError(f"tracking URI {uri}: MLflow has no store for scheme '{scheme}'; use "
-                         "sqlite:///<path>/mlflow.db, http(s)://<host>:<port> of an `mlflow "
-                         "server`, or a database URL (postgresql://, mysql://)")
-    db = sqlite_path(uri)
-    if db is not None:
-        _check_sqlite(db, create=True)
-    elif scheme in ("http", "https"):
-        _check_server(uri)
-
-
-# the schemes MLflow 3 registers itself (mlflow/tracking/_tracking_service/utils.py)
-MLFLOW_SCHEMES = {"", "file", "databricks", "databricks-uc", "uc", "http", "https", "postgresql",
-                  "mysql", "sqlite", "mssql"}
-
-
-def _plugin_schemes() -> set[str]:
-    """Schemes other packages add through MLflow's `mlflow.tracking_store` entry points."""
-    from importlib.metadata import entry_points
-
-    return {ep.name for ep in entry_points(group="mlflow.tracking_store")}
-
-
-@contextlib.contextmanager
-def open_client(uri: str, *, create: bool = True) -> Iterator[Any]:
-    """An MlflowClient on `uri`, opened (tables created or migrated) under the store's lock,
-    which is held until the block ends. `create=False` (readers) refuses a sqlite store that
-    does not exist yet instead of creating one. Faults raise StoreError in one line."""
-    db = sqlite_path(uri)
-    if db is not None:
-        _check_sqlite(db, create)
-        _quiet_locked_logs()
-    elif urlsplit(uri).scheme in ("http", "https"):
-        _check_server(uri)
-    with _store_lock(db, required=create):
-        yield _client(uri, db)
-
-
-def _check_sqlite(db: Path, create: bool) -> None:
-    if create:
-        _check_writable(db)
-    elif not db.is_file() or db.stat().st_size == 0:
-        raise StoreError(f"no MLflow store at {db}; run `hacrl sweep <name>` (or a training "
-                         f"job) first, or {STORE_HELP} where the runs are")
-    if db.is_file() and db.stat().st_size > 0:
-        _check_header(db)
-
-
-def _check_writable(db: Path) -> None:
-    try:
-        db.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise StoreError(f"cannot create the folder of the MLflow store {db.parent} "
-                         f"({err.strerror or err}); make it writable or {STORE_HELP}") from None
-    try:
-        # sqlite writes its journal next to the db, so the folder must take new files; only
-        # trying tells (read-only mounts, ACLs, root-squashed NFS fool os.access)
-        fd, probe = tempfile.mkstemp(prefix=".hacrl-probe-", dir=db.parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise StoreError(f"the folder of the MLflow store {db.parent} is not writable "
-                         f"({err.strerror or err}); make it writable or {STORE_HELP}") from None
-    if db.exists() and not db.is_file():
-        raise StoreError(f"the MLflow store {db} is not a file; move it away or {STORE_HELP}")
-    if db.exists() and not os.access(db, os.R_OK | os.W_OK):
-        raise StoreError(f"the MLflow store {db} is read-only; make it writable (chmod u+w) "
-                         f"or {STORE_HELP}")
-
-
-def _check_header(db: Path) -> None:
-    # MLflow retries a file it cannot open as a database for ~100 s before it fails
-    try:
-        with db.open("rb") as handle:
-            header = handle.read(16)
-    except OSError as err:
-        raise StoreError(f"cannot read the MLflow store {db} ({err.strerror or err}); "
-                         f"make it readable or {STORE_HELP}") from None
-    if header != b"SQLite format 3\x00":
-        raise StoreError(f"{db} is not a SQLite database; move it away or {STORE_HELP}")
-
-
-def _check_server(uri: str) -> None:
-    """Bound MLflow's HTTP retries, then ask the server once, briefly, whether it is there."""
-    for name, value in HTTP_BOUNDS.items():
-        os.environ.setdefault(name, value)
-    url = uri.rstrip("/") + "/health"
-    try:
-        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S):
-            return
-    except urllib.error.HTTPError:
-        return  # it answered (401 behind auth, a proxy's 404): MLflow's calls say what it means
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        reason = getattr(err, "reason", err)
-        if "CERTIFICATE" in str(reason).upper():
-            return  # TLS settings are MLflow's (MLFLOW_TRACKING_SERVER_CERT_PATH, ...)
-        raise StoreError(f"MLflow tracking server {uri} is unreachable ({reason}; no answer "
-                         f"from {url} within {PROBE_TIMEOUT_S:.0f} s); start it, or point "
-                         "tracking.uri= (or MLFLOW_TRACKING_URI) at a running one") from None
-
-
-@contextlib.contextmanager
-def _store_lock(db: Path | None, required: bool) -> Iterator[None]:
-    """An exclusive flock on `<db>.lock` for the block; none for a server, nor for a reader
-    that finds no lock file it can open (see `_open_lock`)."""
-    fd = _open_lock(db, required) if db is not None else None
-    try:
-        if fd is not None:
-            _acquire(fd, Path(f"{db}.lock"))
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)  # closing the file releases the lock (so does the process dying)
-
-
-def _open_lock(db: Path, required: bool) -> int | None:
-    """The lock file, created by writers. A reader never creates it: a writer makes it before
-    the db, so a db without one was not made under the lock and nobody is making it now."""
-    try:
-        return os.open(f"{db}.lock", os.O_RDWR | (os.O_CREAT if required else 0), 0o666)
-    except OSError as err:
-        if not required:
-            return None  # absent, or a read-only folder: nobody can be creating a store there
-        raise StoreError(f"cannot create the lock file {db}.lock ({err.strerror or err}); "
-                         f"make {db.parent} writable or {STORE_HELP}") from None
-
-
-def _acquire(fd: int, lock: Path) -> None:
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise StoreError(f"waited {LOCK_WAIT_S:.0f} s for {lock}: another process is "
-                                 "stuck opening this MLflow store; stop it and retry") from None
-            time.sleep(0.05)
-
-
-def _client(uri: str, db: Path | None) -> Any:
-    # imported here, not at module import: a job pays for MLflow only once it tracks
-    from mlflow.tracking import MlflowClient
-    from mlflow.tracking.registry import UnsupportedModelRegistryStoreURIException
-
-    stray = _stray_folders(uri, db)
-    try:
-        return MlflowClient(tracking_uri=uri)
-    except UnsupportedModelRegistryStoreURIException:
-        raise StoreError(f"tracking URI {uri}: MLflow has no store for scheme "
-                         f"'{urlsplit(uri).scheme}'; use sqlite:///<path>/mlflow.db, "
-                         "http(s)://<host>:<port> of an `mlflow server`, or a database URL "
-                         "(postgresql://, mysql://)") from None
-    except Exception as err:  # anything MLflow raises while opening is a store fault
-        raise StoreError(f"cannot open the MLflow store {uri}: {one_line(err)}") from None
-    finally:
-        for folder in stray:
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-
-
-def _stray_folders(uri: str, db: Path | None) -> list[Path]:
-    """Folders MLflow is about to create from the still-encoded URI text (its
-    `_make_parent_dirs_if_sqlite`), deepest first; they are removed once it has opened."""
-    if db is None:
-        return []
-    folder = Path(uri.removeprefix(SQLITE_PREFIX)).parent
-    made: list[Path] = []
-    while folder != db.parent and not folder.exists() and folder != folder.parent:
-        made.append(folder)
-        folder = folder.parent
-    return made
-
-
-class _DropLocked(logging.Filter):
-    """MLflow logs a traceback for every "database is locked" before it raises; Tracker
-    retries those (and raises StoreError if they persist), so the tracebacks are noise."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "database is locked" not in record.getMessage()
-
-
-def _quiet_locked_logs() -> None:
-    logger = logging.getLogger("mlflow.store.db.utils")
-    if not any(isinstance(f, _DropLocked) for f in logger.filters):
-        logger.addFilter(_DropLocked())
-
-
-def _experiment_id(client: Any, name: str, artifacts: str | None, uri: str) -> str:
-    """Get or create experiment `name`; a create that loses a race re-reads it by name."""
-    found = client.get_experiment_by_name(name)
-    if found is None:
-        try:
-            return str(client.create_experiment(name, artifacts))
-        except Exception:
-            # another process created it between our read and our create (a server has no
-            # file lock; nor do hosts whose shared filesystem ignores flock)
-            found = client.get_experiment_by_name(name)
-            if found is None:
-                raise
-    if found.lifecycle_stage == "deleted":
-        raise StoreError(f"experiment {name!r} in {uri} is deleted; restore it (`mlflow "
-                         f"experiments restore --experiment-id {found.experiment_id}`) or set "
-                         "tracking.experiment=<another name>")
-    return str(found.experiment_id)
-
-
-class _Timed:
-    """An MlflowClient whose calls add their wall time to `busy_s` (tracking overhead) and, on
-    sqlite, are retried when the database is locked (`retries` times; counted in
-    `locked_retries`)."""
-
-    def __init__(self, client: Any, uri: str, retries: int) -> None:
-        self._client = client
-        self._uri = uri
-        self._retries = retries
-        self.busy_s = 0.0
-        self.locked_retries = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._client, name)
-        if not callable(attr):
-            return attr
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            tic = time.perf_counter()
-            try:
-                return self._retry_locked(lambda: attr(*args, **kwargs))
-            finally:
-                self.busy_s += time.perf_counter() - tic
-
-        return timed
-
-    def _retry_locked(self, call: Callable[[], Any]) -> Any:
-        """`call()`, retried when sqlite says "database is locked" (the failed transaction was
-        rolled back, so a retry writes once); StoreError once the retries are spent."""
-        for attempt in range(self._retries + 1):
-            try:
-                return call()
-            except Exception as err:
-                if "database is locked" not in str(err):
-                    raise
-                if attempt == self._retries:
-                    raise StoreError(
-                        f"the MLflow store {self._uri} stayed locked through "
-                        f"{self._retries + 1} tries; another process holds a long write: "
-                        "retry, or log many jobs to an `mlflow server`") from None
-                self.locked_retries += 1
-                time.sleep(0.1 * 2**attempt * random.uniform(0.5, 1.5))
-        raise AssertionError("unreachable")
-
 
 class Tracker:
     """Runs, metrics, tags and artifacts in one MLflow store.
@@ -433,12 +100,12 @@ class Tracker:
         tic = time.perf_counter()
         db = sqlite_path(uri)
         # next to the store, not MLflow's default ./mlruns in whatever the cwd is
-        artifacts = (db.parent / "mlartifacts").resolve().as_uri() if db is not None else None
+        artifacts = artifacts_beside(db).resolve().as_uri() if db is not None else None
         self.uri = uri
         with open_client(uri) as client:
-            self.client: Any = _Timed(client, uri, LOCKED_RETRIES if db is not None else 0)
+            self.client: Any = Timed(client, uri, LOCKED_RETRIES if db is not None else 0)
             try:
-                self.experiment_id = _experiment_id(self.client, experiment, artifacts, uri)
+                self.experiment_id = experiment_id(self.client, experiment, artifacts, uri)
             except StoreError:
                 raise
             except Exception as err:  # the store answered, but not usably
@@ -453,10 +120,10 @@ class Tracker:
 
     def start_run(self, name: str, tags: Mapping[str, str], params: Mapping[str, str] | None = None,
                   parent_run_id: str | None = None) -> str:
-        all_tags = {"hacrl.pid": str(os.getpid()), "hacrl.host": socket.gethostname(),
-                    "hacrl.pid_token": process_token(os.getpid()) or "", **tags}
+        all_tags = {T.PID: str(os.getpid()), T.HOST: socket.gethostname(),
+                    T.PID_TOKEN: process_token(os.getpid()) or "", **tags}
         if parent_run_id:
-            all_tags["mlflow.parentRunId"] = parent_run_id
+            all_tags[T.PARENT] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
         if params:
             from mlflow.entities import Param
@@ -500,13 +167,12 @@ class Tracker:
         """Mark RUNNING runs of this host whose process is gone (or whose pid now belongs to
         another process) as KILLED; return their ids."""
         host = socket.gethostname()
-        query = f"attributes.status = 'RUNNING' and tags.`hacrl.host` = '{host}'"
-        if config_hash:
-            query += f" and tags.config_hash = '{config_hash}'"
+        query = T.where({T.HOST: host, **({T.CONFIG_HASH: config_hash} if config_hash else {})},
+                        status="RUNNING")
         reaped = []
         for run in self.client.search_runs([self.experiment_id], query, max_results=10_000):
-            pid = int(run.data.tags.get("hacrl.pid", "0") or 0)
-            token = run.data.tags.get("hacrl.pid_token") or None  # older runs have none
+            pid = int(run.data.tags.get(T.PID, "0") or 0)
+            token = run.data.tags.get(T.PID_TOKEN) or None  # older runs have none
             if pid and not process_alive(pid, token):
                 self.client.set_terminated(run.info.run_id, status="KILLED")
                 reaped.append(run.info.run_id)
@@ -517,9 +183,9 @@ class Tracker:
         (for the holder of the job's lock, who knows that no other process trains it)."""
         reaped = []
         mine = (str(os.getpid()), socket.gethostname())
-        query = f"attributes.status = 'RUNNING' and tags.config_hash = '{config_hash}'"
+        query = T.where({T.CONFIG_HASH: config_hash}, status="RUNNING")
         for run in self.client.search_runs([self.experiment_id], query, max_results=10_000):
-            if (run.data.tags.get("hacrl.pid"), run.data.tags.get("hacrl.host")) != mine:
+            if (run.data.tags.get(T.PID), run.data.tags.get(T.HOST)) != mine:
                 self.client.set_terminated(run.info.run_id, status="KILLED")
                 reaped.append(run.info.run_id)
         return reaped
@@ -527,7 +193,7 @@ class Tracker:
     def copy_eval_tags(self, source_run: str, target_run: str) -> None:
         """Carry the evaluation records (`hacrl.eval.*` tags) that go with copied metrics."""
         tags = {k: v for k, v in self.client.get_run(source_run).data.tags.items()
-                if k.startswith("hacrl.eval.")}
+                if T.is_eval_tag(k)}
         if tags:
             self.set_tags(target_run, tags)
 

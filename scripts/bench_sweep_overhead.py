@@ -61,7 +61,7 @@ def bare_job(config: Path) -> None:
     from tqdm import tqdm
 
     from hacrl.config import validate
-    from hacrl.job import TeamPaths, _run_team, process_age_s, run_dir
+    from hacrl.job import _run_team, job_dir, process_age_s
 
     startup_s = process_age_s()
     spec = validate(OmegaConf.load(config))  # type: ignore[arg-type]
@@ -69,11 +69,11 @@ def bare_job(config: Path) -> None:
         import torch
 
         torch.set_num_threads(int(spec.cfg.engine.threads))
-    directory = run_dir(spec)
+    layout = job_dir(spec)
     totals = dict.fromkeys(PHASES, 0.0)
     for i, team in enumerate(spec.teams):
         with tqdm(disable=True) as bar:
-            result = _run_team(spec, team, TeamPaths(directory / f"team-{i}"),
+            result = _run_team(spec, team, layout.team(i),
                                _NoTracking(),  # type: ignore[arg-type]
                                {a.name: "-" for a in spec.agents}, None, bar)
         for phase in PHASES:

@@ -62,12 +62,12 @@ def _worker(uri: str, writer: int, points: int, batch: int, folder: Path, lock: 
     """One writer process: import, say ready, wait for `go`, then open, log, finish."""
     from mlflow.tracking import MlflowClient  # noqa: F401  (imported before the barrier)
 
-    from hacrl import tracking
+    from hacrl import mlflow_store
     from hacrl.errors import one_line
     from hacrl.tracking import Tracker
 
     if not lock:
-        tracking._acquire = lambda fd, path: None  # type: ignore[assignment]
+        mlflow_store._acquire = lambda fd, path: None  # type: ignore[assignment]
 
     (folder / f"ready-{writer}").touch()
     while not (folder / "go").exists():  # every writer leaves this loop within ~10 ms
@@ -96,7 +96,7 @@ def run_writers(root: Path, writers: int, points: int, batch: int, journal: str 
                 lock: bool = True) -> tuple[str, list[dict[str, object]], float]:
     """Start `writers` writer processes on the brand-new store `<root>/mlflow.db` at once.
     Returns the store's URI, the writers' reports and the seconds from `go` to the last done."""
-    from hacrl.tracking import resolve_uri
+    from hacrl.mlflow_store import resolve_uri
 
     root.mkdir(parents=True, exist_ok=True)
     db = root / "mlflow.db"

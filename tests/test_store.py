@@ -23,7 +23,8 @@ from types import ModuleType
 import pytest
 
 from hacrl.errors import StoreError
-from hacrl.tracking import Tracker, resolve_uri, sqlite_path, sqlite_uri
+from hacrl.mlflow_store import resolve_uri, sqlite_path, sqlite_uri
+from hacrl.tracking import Tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULT_BOUND_S = 10.0  # issue 16: a fault is reported within 10 s (a bound, not a benchmark)

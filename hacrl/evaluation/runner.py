@@ -20,6 +20,9 @@ from omegaconf import DictConfig
 
 from hacrl.evaluation.lmeval import Backend, EvalOutcome, run_lm_eval, write_samples
 from hacrl.evaluation.protocol import Protocol
+from hacrl.layout import RunDir
+from hacrl.schema import metrics as M
+from hacrl.schema import tags as T
 from hacrl.tracking import Tracker
 
 
@@ -34,7 +37,7 @@ class EvalResult:
 
 
 def metric_prefix(protocol: Protocol) -> str:
-    return f"eval/{protocol.name}"
+    return M.eval_prefix(protocol.name)
 
 
 def data_files(cfg: DictConfig, benchmarks: list[str]) -> dict[str, Path]:
@@ -48,11 +51,10 @@ def already_logged(tracker: Tracker, run_id: str, protocol: Protocol, benchmarks
     """The run holds this protocol's evaluation (same key) of at least these benchmarks."""
     run = tracker.client.get_run(run_id)
     tags, metrics = run.data.tags, run.data.metrics
-    prefix = f"hacrl.eval.{protocol.name}"
-    if tags.get(f"{prefix}.key") != protocol.key:
+    if tags.get(T.eval_tag(protocol.name, "key")) != protocol.key:
         return False
-    done = set(json.loads(tags.get(f"{prefix}.benchmarks", "[]")))
-    return set(benchmarks) <= done and f"{metric_prefix(protocol)}/avg/acc" in metrics
+    done = set(json.loads(tags.get(T.eval_tag(protocol.name, "benchmarks"), "[]")))
+    return set(benchmarks) <= done and M.eval_avg(protocol.name) in metrics
 
 
 def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: str, step: int,
@@ -111,13 +113,12 @@ def _log(cfg: DictConfig, tracker: Tracker, run_id: str, step: int, model_path: 
          backend: Backend | None = None, files: dict[str, Path] | None = None) -> None:
     """Metrics, tags and (when `work` holds them) the artifacts of one protocol's evaluation."""
     flat = flat_metrics(protocol, outcome)
-    tracker.log_metrics(run_id, {**flat, f"time/eval_{protocol.name}_s": outcome.seconds}, step)
-    prefix = f"hacrl.eval.{protocol.name}"
-    tracker.set_tags(run_id, {
-        f"{prefix}.key": protocol.key, f"{prefix}.benchmarks": json.dumps(benchmarks),
-        f"{prefix}.protocol": json.dumps(protocol.to_dict(), sort_keys=True),
-        f"{prefix}.backend": str(cfg.eval.backend), f"{prefix}.model_path": model_path,
-        f"{prefix}.lm_eval": outcome.lm_eval_version, f"{prefix}.step": str(step)})
+    tracker.log_metrics(run_id, {**flat, M.eval_seconds(protocol.name): outcome.seconds}, step)
+    record = {"key": protocol.key, "benchmarks": json.dumps(benchmarks),
+              "protocol": json.dumps(protocol.to_dict(), sort_keys=True),
+              "backend": str(cfg.eval.backend), "model_path": model_path,
+              "lm_eval": outcome.lm_eval_version, "step": str(step)}
+    tracker.set_tags(run_id, {T.eval_tag(protocol.name, k): v for k, v in record.items()})
     if work is None:
         return
     assert backend is not None and files is not None
@@ -129,7 +130,7 @@ def _log(cfg: DictConfig, tracker: Tracker, run_id: str, step: int, model_path: 
     (work / "scores.json").write_text(json.dumps(
         {"metrics": outcome.metrics, "average": outcome.average}, indent=1))
     write_samples(outcome, work / "samples")
-    artifact_path = f"eval/{protocol.name}"
+    artifact_path = M.eval_prefix(protocol.name)  # artifacts sit beside the metrics' names
     for item in ("protocol.json", "scores.json"):
         tracker.log_artifact(run_id, work / item, artifact_path)
     tracker.log_artifacts(run_id, work / "tasks", f"{artifact_path}/tasks")
@@ -137,9 +138,9 @@ def _log(cfg: DictConfig, tracker: Tracker, run_id: str, step: int, model_path: 
 
 
 def flat_metrics(protocol: Protocol, outcome: EvalOutcome) -> dict[str, float]:
-    prefix = metric_prefix(protocol)
-    flat = {f"{prefix}/{b}/{m}": v for b, got in outcome.metrics.items() for m, v in got.items()}
-    flat.update({f"{prefix}/avg/{m}": v for m, v in outcome.average.items()})
+    flat = {M.eval_metric(protocol.name, b, m): v for b, got in outcome.metrics.items()
+            for m, v in got.items()}
+    flat.update({M.eval_avg(protocol.name, m): v for m, v in outcome.average.items()})
     return flat
 
 
@@ -159,24 +160,24 @@ def latest_checkpoint(run_dir: Path, model: str) -> tuple[int, Path] | None:
     """The newest complete checkpoint of `model` under a job's run directory, its files checked
     (against the checkpoint's record, or their headers for checkpoints of an older hacrl). A
     damaged one is an error, not a reason to evaluate an older model in its place."""
-    from hacrl.checkpoint import complete, damaged_weights, verify
+    from hacrl.checkpoint import agent_weights, complete, damaged_weights, has_record, verify
     from hacrl.errors import CheckpointError
 
     found = []
-    for ckpt in sorted(run_dir.glob("team-*/ckpt")):
-        for step, step_dir in complete(ckpt):
-            weights = step_dir / model / "model"  # next to the agent's optimizer state
+    for team in RunDir(run_dir).teams():
+        for step, step_dir in complete(team.ckpt):
+            weights = agent_weights(step_dir, model)
             if not (weights / "config.json").is_file():
                 continue
             try:
-                if (step_dir / "COMPLETE").read_text().lstrip().startswith("{"):
+                if has_record(step_dir):
                     verify(step_dir)  # a record of this hacrl: sizes and hashes
                 elif (damage := damaged_weights(weights)) is not None:
                     raise CheckpointError(damage)
             except (CheckpointError, OSError) as err:
                 raise CheckpointError(
                     f"checkpoint {step_dir} cannot be evaluated: {err}; delete "
-                    f"{ckpt.parent / 'DONE.json'} and rerun the job: it resumes from the "
+                    f"{team.done} and rerun the job: it resumes from the "
                     "checkpoint before and trains the last steps again") from err
             found.append((step, weights))
             break
@@ -192,12 +193,12 @@ def target_from_run(tracker: Tracker, run_id: str) -> Target:
     except Exception:
         raise ConfigError(f"--run {run_id}: no such run in {tracker.uri}") from None
     tags = run.data.tags
-    model, run_dir = tags.get("model"), tags.get("hacrl.run_dir")
-    if tags.get("hacrl.kind") not in ("agent", "eval") or not model:
-        raise ConfigError(f"--run {run_id}: not an agent run (tags.hacrl.kind="
-                          f"{tags.get('hacrl.kind')}); pass one of the job's agent runs")
-    if tags.get("hacrl.model_path"):  # a base/checkpoint evaluation run
-        return Target(tags["hacrl.model_path"], run_id, int(tags.get("hacrl.step", "0")), model)
+    model, run_dir = tags.get(T.MODEL), tags.get(T.RUN_DIR)
+    if tags.get(T.KIND) not in (T.AGENT, T.EVAL) or not model:
+        raise ConfigError(f"--run {run_id}: not an agent run (tags.{T.KIND}="
+                          f"{tags.get(T.KIND)}); pass one of the job's agent runs")
+    if tags.get(T.MODEL_PATH):  # a base/checkpoint evaluation run
+        return Target(tags[T.MODEL_PATH], run_id, int(tags.get(T.STEP, "0")), model)
     found = latest_checkpoint(Path(run_dir or ""), model)
     if found is None:
         raise ConfigError(f"--run {run_id}: no complete checkpoint of {model} under {run_dir}; "
@@ -209,13 +210,12 @@ def target_from_run(tracker: Tracker, run_id: str) -> Target:
 def standalone_run(tracker: Tracker, cfg: DictConfig, label: str, model_path: str, method: str,
                    step: int = 0) -> str:
     """The run holding a model's own evaluations (found again by model path and scale)."""
-    query = (f"tags.`hacrl.kind` = 'eval' and tags.`hacrl.model_path` = '{model_path}' "
-             f"and tags.scale = '{cfg.scale.name}'")
+    query = T.where({T.KIND: T.EVAL, T.MODEL_PATH: model_path, T.SCALE: str(cfg.scale.name)})
     for run in tracker.find_runs(query):
         return str(run.info.run_id)
     run_id = tracker.start_run(f"{method}:{label}", {
-        "hacrl.kind": "eval", "method": method, "model": label, "scale": str(cfg.scale.name),
-        "seed": str(cfg.seed), "hacrl.model_path": model_path, "hacrl.step": str(step)})
+        T.KIND: T.EVAL, T.METHOD: method, T.MODEL: label, T.SCALE: str(cfg.scale.name),
+        T.SEED: str(cfg.seed), T.MODEL_PATH: model_path, T.STEP: str(step)})
     return run_id  # left RUNNING: the caller ends it FINISHED or FAILED after evaluating
 
 
@@ -234,8 +234,7 @@ def target_from_checkpoint(tracker: Tracker, cfg: DictConfig, path: Path) -> Tar
     if step_dir.name.startswith("step_") and step_dir.parent.name == "ckpt":
         run_dir = step_dir.parent.parent.parent
         step = int(step_dir.name.removeprefix("step_"))
-        query = (f"tags.`hacrl.run_dir` = '{run_dir}' and tags.model = '{agent}' "
-                 "and tags.`hacrl.kind` = 'agent' and attributes.status = 'FINISHED'")
+        query = T.where({T.RUN_DIR: str(run_dir), T.MODEL: agent, T.KIND: T.AGENT}, "FINISHED")
         runs = tracker.find_runs(query)
         if runs:
             return Target(str(path), str(runs[0].info.run_id), step, agent)

@@ -57,6 +57,10 @@ def eval_tag(protocol: str, field: str) -> str:
     return f"hacrl.eval.{protocol}.{field}"
 
 
+def is_eval_tag(tag: str) -> bool:
+    return tag.startswith("hacrl.eval.")
+
+
 def ref(tag: str) -> str:
     """A tag in an MLflow search filter (backquoted: our names hold dots)."""
     return f"tags.`{tag}`"

@@ -1,0 +1,95 @@
+"""A team's training steps as events: the loop emits, listeners act.
+
+`run_steps` drives `TeamLoop.step` from the step after the last checkpoint to the end and says
+what happened and what is due; it knows nothing of MLflow, files or evaluation. The job
+subscribes listeners (`hacrl.job.listeners`: metrics into MLflow, validation, checkpoints,
+the progress bar), so a new consumer of training is a new listener, not an edit to the loop.
+
+Order at every step t: `StepDone(t)`, then `ValidationDue(t)` when due, then
+`CheckpointDue(t)` when due (the step's metrics are in before anything can fail after them).
+`ValidationDue(0)` comes first on a fresh start; `Finished` after the last step; `Failed`
+when a step or a listener raised (the error is then raised on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from hacrl.loop import StepResult
+
+
+@dataclass(frozen=True)
+class StepDone:
+    step: int
+    result: StepResult
+
+
+@dataclass(frozen=True)
+class ValidationDue:
+    step: int
+
+
+@dataclass(frozen=True)
+class CheckpointDue:
+    step: int
+    final: bool  # the last step of the run
+
+
+@dataclass(frozen=True)
+class Finished:
+    steps: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    step: int  # the step being worked on
+    error: BaseException
+
+
+Event = StepDone | ValidationDue | CheckpointDue | Finished | Failed
+
+
+class Listener(Protocol):
+    def __call__(self, event: Event) -> None: ...
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When things are due: every `validate_every` steps (0: never) and at the end; a
+    checkpoint every `save_every` steps and at the end."""
+
+    steps: int
+    validate_every: int
+    save_every: int
+
+    def validation_due(self, step: int) -> bool:
+        return bool(self.validate_every) and (step % self.validate_every == 0 or step == self.steps)
+
+    def checkpoint_due(self, step: int) -> bool:
+        return step % self.save_every == 0 or step == self.steps
+
+
+def run_steps(step_fn: Callable[[int], StepResult], start: int, schedule: Schedule,
+              listeners: Sequence[Listener]) -> None:
+    """Steps `start + 1 .. schedule.steps` of `step_fn` (a `TeamLoop.step`), with events."""
+
+    def emit(event: Event) -> None:
+        for listener in listeners:
+            listener(event)
+
+    step = start
+    try:
+        if schedule.validate_every and start == 0:
+            emit(ValidationDue(0))
+        for step in range(start + 1, schedule.steps + 1):
+            emit(StepDone(step, step_fn(step)))
+            if schedule.validation_due(step):
+                emit(ValidationDue(step))
+            if schedule.checkpoint_due(step):
+                emit(CheckpointDue(step, final=step == schedule.steps))
+    except BaseException as err:
+        emit(Failed(step, err))
+        raise
+    emit(Finished(schedule.steps))

@@ -1,0 +1,70 @@
+"""The step driver's events: what is emitted, in which order, and on failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from hacrl.events import (
+    CheckpointDue,
+    Event,
+    Failed,
+    Finished,
+    Schedule,
+    StepDone,
+    ValidationDue,
+    run_steps,
+)
+from hacrl.loop import StepResult
+
+
+def _names(events: list[Event]) -> list[str]:
+    out = []
+    for e in events:
+        if isinstance(e, CheckpointDue):
+            out.append(f"ckpt{e.step}{'!' if e.final else ''}")
+        elif isinstance(e, Failed):
+            out.append(f"failed{e.step}")
+        elif isinstance(e, Finished):
+            out.append(f"end{e.steps}")
+        else:
+            out.append(f"{'step' if isinstance(e, StepDone) else 'val'}{e.step}")
+    return out
+
+
+def test_a_fresh_run_validates_first_and_everything_is_due_at_the_end() -> None:
+    seen: list[Event] = []
+    run_steps(lambda t: StepResult([{"t": t}]), 0, Schedule(5, validate_every=2, save_every=3),
+              [seen.append])
+    assert _names(seen) == ["val0", "step1", "step2", "val2", "step3", "ckpt3", "step4", "val4",
+                            "step5", "val5", "ckpt5!", "end5"]
+    assert [e.result.agent_metrics[0]["t"] for e in seen if isinstance(e, StepDone)] == [1, 2, 3, 4, 5]
+
+
+def test_a_resumed_run_starts_after_its_checkpoint_without_validating_first() -> None:
+    seen: list[Event] = []
+    run_steps(lambda t: StepResult([{}]), 3, Schedule(4, validate_every=0, save_every=10),
+              [seen.append])
+    assert _names(seen) == ["step4", "ckpt4!", "end4"]
+
+
+def test_a_failing_step_or_listener_is_announced_then_raised() -> None:
+    seen: list[Event] = []
+
+    def step(t: int) -> StepResult:
+        if t == 2:
+            raise RuntimeError("boom")
+        return StepResult([{}])
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_steps(step, 0, Schedule(3, 0, 1), [seen.append])
+    assert _names(seen) == ["step1", "ckpt1", "failed2"]
+
+    def refuse_checkpoints(event: Event) -> None:
+        if isinstance(event, CheckpointDue):
+            raise OSError("disk full")
+
+    seen.clear()
+    with pytest.raises(OSError):
+        run_steps(lambda t: StepResult([{}]), 0, Schedule(2, 0, 1), [seen.append, refuse_checkpoints])
+    assert _names(seen) == ["step1", "ckpt1", "failed1"]
+    assert isinstance(seen[-1], Failed) and isinstance(seen[-1].error, OSError)

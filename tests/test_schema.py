@@ -1,0 +1,97 @@
+"""Tag names and output paths have one home each: `hacrl.schema` and `hacrl.layout`.
+
+The check reads every module's string constants (docstrings aside): a tag name spelt out, an
+MLflow filter on tags, or a file name of the output root anywhere else fails it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from hacrl.layout import Layout
+from hacrl.schema import tags as T
+
+ROOT = Path(__file__).resolve().parents[1]
+# the checkpoint module is the home of what lies inside a checkpoint step folder
+HOMES = {"hacrl/schema/tags.py", "hacrl/schema/metrics.py", "hacrl/layout.py", "hacrl/checkpoint.py"}
+TAG_NAMES = {v for k, v in vars(T).items() if k.isupper() and isinstance(v, str)
+             and (v.startswith(("hacrl.", "mlflow.")) or v == T.CONFIG_HASH)}
+PATH_NAMES = {"mlflow.db", "mlartifacts", "runs", "sweeps", "reports", "plots", "DONE.json",
+              "manifest.json", "status.json", "config.yaml", "ckpt"}
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The literal text of a constant or of an f-string's constant parts."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return [v.value for v in node.values if isinstance(v, ast.Constant)]
+    return []
+
+
+def _literals(path: Path) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(every string constant but docstrings, the strings joined onto a path: `x / "name"`,
+    `.glob("pattern")`)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and n.body and isinstance(n.body[0], ast.Expr)
+                  and isinstance(n.body[0].value, ast.Constant)}
+    texts = [(n.lineno, n.value) for n in ast.walk(tree)
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+    joined = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div):
+            joined += [(n.lineno, t) for t in _strings(n.right)]
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+              and n.func.attr in ("glob", "rglob") and n.args):
+            joined += [(n.lineno, t) for t in _strings(n.args[0])]
+    return texts, joined
+
+
+def spelt_out() -> list[str]:
+    found = []
+    for package in ("hacrl", "analysis", "hydra_plugins"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in HOMES:
+                continue
+            texts, joined = _literals(path)
+            found += [f"{rel}:{line}: tag {text!r}" for line, text in texts
+                      if text in TAG_NAMES or "tags.`" in text or "tags.config_hash" in text]
+            found += [f"{rel}:{line}: path {text!r}" for line, text in joined
+                      if text.strip("/") in PATH_NAMES or text.startswith(("team-", "step_"))]
+    return found
+
+
+def test_tag_names_and_output_paths_live_in_one_place() -> None:
+    found = spelt_out()
+    assert not found, f"{len(found)} literals outside hacrl.schema / hacrl.layout:\n" + "\n".join(found)
+
+
+def test_layout_resolves_the_root_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    layout = Layout.at("~/link")
+    assert layout.root == (tmp_path / "real").resolve()
+    run = layout.run("abc", "hacrl")
+    assert run.path == layout.root / "runs" / "abc-hacrl"
+    assert run.lock == layout.root / "runs" / ".abc-hacrl.lock"
+    for i in (0, 10, 2):
+        run.team(i).path.mkdir(parents=True)
+    (run.path / "team-x").mkdir()
+    assert [t.path.name for t in run.teams()] == ["team-0", "team-2", "team-10"]
+    assert layout.sweep("table1").cell_state("c1") == layout.root / "sweeps/table1/cells/c1.json"
+
+
+def test_filters_quote_tag_names_and_refuse_quotes() -> None:
+    assert T.where({T.KIND: T.JOB, T.CONFIG_HASH: "h"}, "FINISHED") == (
+        "tags.`hacrl.kind` = 'job' and tags.`config_hash` = 'h' and attributes.status = 'FINISHED'")
+    with pytest.raises(ValueError, match="quote"):
+        T.where({T.MODEL: "it's"})
+    with pytest.raises(ValueError, match="eval tag field"):
+        T.eval_tag("main", "nonsense")
