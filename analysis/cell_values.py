@@ -1,7 +1,8 @@
 """A sweep's cells and the values their runs logged (or why there is none).
 
-A report places runs by the sweep that defines them: the cells of `sweeps/<name>.yaml` (read from
-the manifest `hacrl sweep` wrote, else expanded again) carry their config hash, method, agents,
+A report places runs by the sweep that defines them: the sweep's cells (records of the sweep
+manifest, `hacrl.schema.sweep_manifest.CellRecord`: the manifest `hacrl sweep` wrote, or the
+command's fresh expansion of a sweep that has none) carry their config hash, method, agents,
 seed and resolved settings; a cell's runs are the store's runs tagged with that hash (base
 models: the evaluation run of the model's path). Nothing is matched by run name or by guess.
 """
@@ -11,13 +12,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from analysis.store import Store
-from hacrl.sweep.grid import Cell
+from hacrl.schema.sweep_manifest import CellRecord
 
 REASONS = {"RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
            "SCHEDULED": "running", "FINISHED": "finished without this metric"}
@@ -57,32 +57,7 @@ class Value:
         return out
 
 
-def sweep_cells(sweep: str, overrides: list[str], sweep_dir: Path | None,
-                dirs: tuple[Path, ...] | None = None) -> list[Cell]:
-    """The sweep's distinct cells: its manifest when it matches, else a fresh expansion."""
-    if sweep_dir is not None:
-        from hacrl.sweep.state import read_manifest
-
-        data, cells = read_manifest(sweep_dir)
-        scale = _scale(overrides)
-        if (data.get("sweep") == sweep and cells and all(c.params for c in cells)
-                and all(c.scale == scale for c in cells)):
-            return cells
-    from hacrl.config import compose
-    from hacrl.sweep.grid import SWEEP_DIR, expand
-
-    return expand(sweep, lambda extra: compose([*overrides, *extra]), dirs or (SWEEP_DIR,)).cells
-
-
-def _scale(overrides: list[str]) -> str:
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.lstrip("+") == "scale":
-            return value
-    return "tiny"
-
-
-def cell_runs(store: Store, cell: Cell, agent: str | None) -> pd.DataFrame:
+def cell_runs(store: Store, cell: CellRecord, agent: str | None) -> pd.DataFrame:
     """The runs of a cell, newest first: agent `agent`'s runs, or the job runs (agent None);
     a base model's evaluation runs for method=base."""
     runs = store.runs
@@ -96,7 +71,7 @@ def cell_runs(store: Store, cell: Cell, agent: str | None) -> pd.DataFrame:
                 & (runs["model"] == agent)]
 
 
-def curve_run(store: Store, cell: Cell, agent: str) -> str | None:
+def curve_run(store: Store, cell: CellRecord, agent: str) -> str | None:
     """The run whose curves stand for the cell: the latest finished one, else the latest (a
     running job's curves are worth seeing)."""
     runs = cell_runs(store, cell, agent)
@@ -106,7 +81,7 @@ def curve_run(store: Store, cell: Cell, agent: str) -> str | None:
     return str((done if not done.empty else runs).iloc[0]["run_id"])
 
 
-def run_value(store: Store, cell: Cell, agent: str | None, metric: str) -> Value:
+def run_value(store: Store, cell: CellRecord, agent: str | None, metric: str) -> Value:
     """`metric` of the cell's run: of agent `agent`'s run, or of the job run (agent None)."""
     runs = cell_runs(store, cell, agent)
     if runs.empty:
@@ -122,8 +97,8 @@ def run_value(store: Store, cell: Cell, agent: str | None, metric: str) -> Value
     return Value(run_ids=[str(latest["run_id"])], reason=reason)
 
 
-def find(cells: list[Cell], method: str, agents: list[str], sweep: str | None = None,
-         **params: Any) -> list[Cell]:
+def find(cells: list[CellRecord], method: str, agents: list[str], sweep: str | None = None,
+         **params: Any) -> list[CellRecord]:
     """Cells of `method` trained on exactly `agents`, in `sweep` and with these settings."""
     out = []
     for cell in cells:

@@ -1,10 +1,10 @@
-"""What every table and figure builder reads: the store, the sweep's cells, the scale, the pairs."""
+"""What every table and figure builder reads: the store, the sweep's cells, the scale, the pairs,
+and the sweeps' grids (the axes a table is laid out by). All of it comes from the sweep manifest's
+record (`hacrl.schema.sweep_manifest`) and the store, never from the sweep's code."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -12,8 +12,7 @@ from omegaconf import OmegaConf
 from analysis.cell_values import Value, find, run_value
 from analysis.store import Store
 from hacrl.config import CONFIG_DIR
-from hacrl.sweep.grid import SWEEP_DIR as _SWEEPS
-from hacrl.sweep.grid import Cell, load_grids
+from hacrl.schema.sweep_manifest import CellRecord
 
 
 @dataclass(frozen=True)
@@ -32,9 +31,10 @@ def pair(key: str) -> Pair:
 @dataclass
 class Context:
     store: Store
-    cells: list[Cell]
+    cells: list[CellRecord]
     scale: str
-    sweep_dirs: tuple[Any, ...] = (_SWEEPS,)
+    # sweep name -> its own grids, for every sweep file (the manifest's `grids`)
+    grids: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def scale_note(self) -> str:
@@ -46,21 +46,6 @@ class Context:
         """eval/<protocol>/<benchmark as logged at this scale>/<name>."""
         logged = benchmark if self.scale == "paper" else f"tiny_{benchmark}"
         return f"eval/{protocol}/{logged}/{name}"
-
-    @cached_property
-    def grids(self) -> dict[str, list[dict[str, Any]]]:
-        """sweep name -> its own grids, for every sweep file of the sweep folders."""
-        out: dict[str, list[dict[str, Any]]] = {}
-        names = {p.stem for folder in self.sweep_dirs for p in Path(folder).glob("*.yaml")}
-        for name in sorted(names):
-            for sweep, grid in load_grids(name, self.sweep_dirs):
-                if grid not in out.setdefault(sweep, []):
-                    out[sweep].append(grid)
-        return out
-
-    def grids_of(self, sweep: str) -> set[str]:
-        """The sweeps whose grids `sweep` runs (itself, and what it includes)."""
-        return {name for name, _ in load_grids(sweep, self.sweep_dirs)}
 
     def grid(self, sweep: str) -> dict[str, Any]:
         grids = self.grids.get(sweep) or [{}]

@@ -1,6 +1,7 @@
 """The paper's figures (2, 3, the alpha ablation) and the ones a reader wants besides (schedule
 heatmaps, P_k and omega, s_hete, reward and response length over steps). Each builder returns a
-matplotlib Figure (or None when nothing of it has run); `report` saves PNG and SVG."""
+matplotlib Figure (or None when nothing of it has run), registered under its key
+(`analysis.registry`); `report` saves PNG and SVG."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from analysis.cell_values import curve_run, find  # noqa: E402
 from analysis.context import Context, Pair  # noqa: E402
 from analysis.reference import METHOD_LABELS, paper  # noqa: E402
+from analysis.registry import register_figure  # noqa: E402
 
 COLORS = {"hacpo": "#d62728", "gspo": "#1f77b4", "gspo_x2": "#2ca02c", "naive": "#9467bd",
           "grpo": "#8c564b", "hacpo_no_stepwise": "#ff7f0e", "hacpo_no_clip": "#7f7f7f"}
@@ -75,6 +77,7 @@ def _method_curves(ctx: Context, title: str, panels: list[tuple[Pair, str]],
     return _finish(fig, drawn)
 
 
+@register_figure("figure2")
 def figure2(ctx: Context) -> Figure | None:
     """MATH-500 accuracy vs step: HACPO, GSPO, GSPOx2, one panel per agent of each pair."""
     panels = [(p, a) for p in ctx.pairs_of("table1") for a in p.agents]
@@ -83,6 +86,7 @@ def figure2(ctx: Context) -> Figure | None:
                           "MATH-500 accuracy")
 
 
+@register_figure("figure3")
 def figure3(ctx: Context) -> Figure | None:
     """Stepwise-clipping ablation on the figure3 pair, trained ~2.5x the usual steps."""
     panels = [(p, a) for p in ctx.pairs_of("figure3") for a in p.agents]
@@ -91,6 +95,7 @@ def figure3(ctx: Context) -> Figure | None:
                           panels, methods, "figure3", _val_key(ctx), "MATH-500 accuracy")
 
 
+@register_figure("alpha")
 def alpha_plot(ctx: Context) -> Figure | None:
     """MATH-500 vs alpha per agent (ours solid, the paper's dashed on its own axis)."""
     alphas = [float(a) for a in ctx.grid("alpha").get("algo.alpha", [])]
@@ -120,6 +125,7 @@ def alpha_plot(ctx: Context) -> Figure | None:
     return _finish(fig, drawn)
 
 
+@register_figure("schedules")
 def schedule_heatmaps(ctx: Context) -> Figure | None:
     """The alpha x lower bound x delta_step grid, one heatmap per agent (AVG accuracy)."""
     grid = ctx.grid("schedules")
@@ -155,6 +161,7 @@ def schedule_heatmaps(ctx: Context) -> Figure | None:
     return _finish(fig, drawn)
 
 
+@register_figure("hacpo_dynamics")
 def hacpo_dynamics(ctx: Context) -> Figure | None:
     """Per agent of the size pair's HACPO run: P_k, omega, s_hete (mean, min-max band)."""
     (p, *_) = ctx.pairs_of("table2") or ctx.pairs_of("table1")
@@ -185,6 +192,7 @@ def hacpo_dynamics(ctx: Context) -> Figure | None:
     return _finish(fig, drawn)
 
 
+@register_figure("training_curves")
 def training_curves(ctx: Context) -> Figure | None:
     """Reward and response length over steps: HACPO vs GSPO vs GSPOx2 on the size pair."""
     (p, *_) = ctx.pairs_of("table2") or ctx.pairs_of("table1")
@@ -203,8 +211,3 @@ def training_curves(ctx: Context) -> Figure | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return _finish(fig, drawn)
-
-
-FIGURES = {"figure2": figure2, "figure3": figure3, "alpha": alpha_plot,
-           "schedules": schedule_heatmaps, "hacpo_dynamics": hacpo_dynamics,
-           "training_curves": training_curves}

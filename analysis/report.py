@@ -11,6 +11,11 @@ holds MARKER); any other existing, non-empty folder is refused before anything i
     .hacrl-report            the marker: this folder is a report hacrl may replace
 and logs the folder as artifacts of an MLflow run (tags hacrl.kind=report, sweep, scale), so it
 can be browsed in the MLflow UI next to the runs it summarises.
+
+What it reads: the store, and the sweep's record (`hacrl.schema.sweep_manifest.SweepManifest`:
+cells, the tables and figures the sweep names, the sweeps' grids), which the command on top
+hands in (`hacrl.cli.sweep_report`); never the sweep's code. The tables and figures are the
+builders registered under those keys (`analysis.registry`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,42 +34,13 @@ from omegaconf import DictConfig
 
 from analysis import claims as claims_mod
 from analysis.context import Context
-from analysis.figures import FIGURES
+from analysis.registry import figure_order, registered, table_order, unknown_keys
+from analysis.store import Store
 from analysis.table import Table
-from analysis.tables_accuracy import alpha_table, benchmark_table, seeds_table
-from analysis.tables_cost import (
-    hyperparameters_table,
-    memory_table,
-    ratio_stats_table,
-    runtime_table,
-)
-from hacrl.errors import OutputError, StoreError
-from hacrl.sweep.grid import Cell
+from hacrl.errors import ConfigError, OutputError, StoreError
+from hacrl.schema.sweep_manifest import SweepManifest
 
 MARKER = ".hacrl-report"
-
-# key -> (builder, the sweeps whose data it shows)
-TABLES: dict[str, tuple[Callable[[Context], Table], set[str]]] = {
-    "table1": (lambda c: benchmark_table(c, "table1", "Table 1: main results", "table1",
-                                         "table1_main"), {"table1"}),
-    "table2": (lambda c: benchmark_table(c, "table2", "Table 2: without the capability-aware "
-                                         "advantage", "table2", "table2_adv_ablation",
-                                         baseline="hacpo"), {"table2"}),
-    "table3": (lambda c: benchmark_table(c, "table3", "Table 3: without omega in the gradient "
-                                         "modulation", "table3", "table3_omega_ablation",
-                                         baseline="hacpo"), {"table3"}),
-    "table4": (hyperparameters_table, {"table1", "table9"}),
-    "table5": (ratio_stats_table, {"table1"}),
-    "table6": (seeds_table, {"seeds"}),
-    "table7": (runtime_table, {"cost"}),
-    "table8": (memory_table, {"cost"}),
-    "table9": (lambda c: benchmark_table(c, "table9", "Table 9: additional pairs", "table9",
-                                         "table9_additional"), {"table9"}),
-    "alpha": (alpha_table, {"alpha"}),
-}
-FIGURE_SWEEPS = {"figure2": {"table1"}, "figure3": {"figure3"}, "alpha": {"alpha"},
-                 "schedules": {"schedules"}, "hacpo_dynamics": {"table1"},
-                 "training_curves": {"table1"}}
 
 
 @dataclass
@@ -81,29 +56,23 @@ class Report:
     undrawn: list[str] = field(default_factory=list)
 
 
-def covered(sweep: str, ctx: Context) -> set[str]:
-    """The sweeps a sweep runs: itself and what it includes (`paper`: all)."""
-    return {sweep, *ctx.grids_of(sweep)}
+@dataclass
+class Destination:
+    """Where a report goes and the store it reads (checked before any cell is looked at)."""
+
+    folder: Path
+    store: Store
+    scale: str
 
 
-def make_report(sweep: str, overrides: list[str], log: bool = True,
-                folder: Path | None = None, sweep_dir: Path | None = None,
-                sweep_dirs: tuple[Path, ...] | None = None, cfg: DictConfig | None = None,
-                cells: list[Cell] | None = None, require_runs: bool = False) -> Report:
-    """The report of `sweep` at the scale and output root the overrides give. A running sweep
-    passes its own composed config and cells (Hydra cannot compose again inside its app).
-    `require_runs`: a store without runs is an error (a user asking for a report of nothing)."""
-    from analysis.cell_values import sweep_cells
+def destination(sweep: str, cfg: DictConfig, folder: Path | None = None,
+                require_runs: bool = False) -> Destination:
+    """The report folder of `sweep` (refused if hacrl did not write it) and the open store,
+    at the scale, output root and store of the composed config `cfg`. `require_runs`: a store
+    without runs is an error (a user asking for a report of nothing)."""
     from analysis.store import open_store
-    from hacrl.config import compose
-    from hacrl.sweep.grid import SWEEP_DIR, sweep_file
     from hacrl.tracking import resolve_uri
 
-    dirs = sweep_dirs or (SWEEP_DIR,)
-    # `+sweep=<name>` (plain Hydra multirun) selects the sweep; it is not a training setting
-    overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != "sweep"]
-    sweep_file(sweep, dirs)  # an unknown sweep stops here, naming the known ones
-    cfg = cfg if cfg is not None else compose(overrides)
     root = Path(str(cfg.output_root)).expanduser().resolve()
     folder = (folder or root / "reports" / f"{sweep}-{cfg.scale.name}").resolve()
     check_destination(folder)
@@ -112,10 +81,19 @@ def make_report(sweep: str, overrides: list[str], log: bool = True,
         raise StoreError(f"no runs in {store.uri} (experiment {store.experiment}): nothing to "
                          f"report; run `hacrl sweep {sweep}` first, or pass output_root=... or "
                          "tracking.uri=... where it ran")
-    if cells is None:
-        cells = sweep_cells(sweep, overrides, sweep_dir or root / "sweeps" / sweep, dirs)
-    ctx = Context(store, cells, str(cfg.scale.name), dirs)
-    return build(ctx, sweep, folder, log=log)
+    return Destination(folder, store, str(cfg.scale.name))
+
+
+def make_report(manifest: SweepManifest, cfg: DictConfig | None = None, log: bool = True,
+                where: Destination | None = None) -> Report:
+    """The report of the sweep `manifest` records (its cells, the tables and figures it names,
+    the sweeps' grids), written to `where` (default: `destination` of `cfg`)."""
+    if where is None:
+        assert cfg is not None, "make_report: give the composed config or a destination"
+        where = destination(manifest.sweep, cfg)
+    ctx = Context(where.store, manifest.cells, where.scale, manifest.grids or {})
+    return build(ctx, manifest.sweep, where.folder, manifest.tables or [],
+                 manifest.figures or [], log=log)
 
 
 def check_destination(folder: Path) -> None:
@@ -160,10 +138,17 @@ def _swap_in(tmp: Path, folder: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
+def build(ctx: Context, sweep: str, folder: Path, table_keys: list[str],
+          figure_keys: list[str], log: bool = True) -> Report:
+    """Write the report of `sweep` with these tables and figures (registry keys) into
+    `folder`, and log it to MLflow (`log`)."""
     started = time.perf_counter()
-    sweeps = covered(sweep, ctx)
-    tables = {key: builder(ctx) for key, (builder, needs) in TABLES.items() if needs & sweeps}
+    if unknown := unknown_keys(table_keys, figure_keys):
+        kind, key, choices = unknown[0]
+        raise ConfigError(f"sweep {sweep}: report {kind} {key!r} is not registered; choose from "
+                          f"{', '.join(choices)}")
+    builders, _ = registered()
+    tables = {key: builders[key](ctx) for key in table_order(table_keys)}
     found_claims = claims_mod.check(tables)
     folder = folder.resolve()
     check_destination(folder)
@@ -176,7 +161,7 @@ def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
             (tmp / "tables" / f"{key}.md").write_text(table.to_markdown())
             (tmp / "tables" / f"{key}.tex").write_text(table.to_latex())
             table.to_frame().to_csv(tmp / "tables" / f"{key}.csv", index=False)
-        figures, undrawn = _figures(ctx, sweeps, tmp / "figures")
+        figures, undrawn = _figures(ctx, figure_keys, tmp / "figures")
         runs = [{"table": key, "section": s, "row": r, "column": c, "run_ids": " ".join(ids)}
                 for key, t in tables.items() for s, r, c, ids in t.run_ids()]
         pd.DataFrame(runs, columns=["table", "section", "row", "column", "run_ids"]).to_csv(
@@ -203,15 +188,14 @@ def build(ctx: Context, sweep: str, folder: Path, log: bool = True) -> Report:
                   len(ctx.store.runs), ctx.store.uri, undrawn)
 
 
-def _figures(ctx: Context, sweeps: set[str], folder: Path) -> tuple[list[str], list[str]]:
-    """Figures drawn, and those of the covered sweeps with nothing to draw yet."""
+def _figures(ctx: Context, keys: list[str], folder: Path) -> tuple[list[str], list[str]]:
+    """Figures drawn, and those with nothing to draw yet."""
     import matplotlib.pyplot as plt
 
+    _, builders = registered()
     made, undrawn = [], []
-    for name, builder in FIGURES.items():
-        if not FIGURE_SWEEPS[name] & sweeps:
-            continue
-        fig = builder(ctx)
+    for name in figure_order(keys):
+        fig = builders[name](ctx)
         if fig is None:
             undrawn.append(name)
             continue

@@ -7,6 +7,7 @@ import statistics
 from analysis.cell_values import Value
 from analysis.context import Context
 from analysis.reference import BENCHMARKS, LABELS, METHOD_LABELS, benchmark_values, paper
+from analysis.registry import register_table
 from analysis.table import Entry, Table
 
 PRINTED_AVG_TOLERANCE = 0.0015  # PAPER.md: printed AVGs off by more than this are quirks
@@ -81,6 +82,30 @@ def benchmark_table(ctx: Context, key: str, title: str, sweep: str, reference: s
     return table
 
 
+@register_table("table1")
+def table1(ctx: Context) -> Table:
+    return benchmark_table(ctx, "table1", "Table 1: main results", "table1", "table1_main")
+
+
+@register_table("table2")
+def table2(ctx: Context) -> Table:
+    return benchmark_table(ctx, "table2", "Table 2: without the capability-aware advantage",
+                           "table2", "table2_adv_ablation", baseline="hacpo")
+
+
+@register_table("table3")
+def table3(ctx: Context) -> Table:
+    return benchmark_table(ctx, "table3", "Table 3: without omega in the gradient modulation",
+                           "table3", "table3_omega_ablation", baseline="hacpo")
+
+
+@register_table("table9")
+def table9(ctx: Context) -> Table:
+    return benchmark_table(ctx, "table9", "Table 9: additional pairs", "table9",
+                           "table9_additional")
+
+
+@register_table("table6")
 def seeds_table(ctx: Context) -> Table:
     """Table 6: MATH-500 per seed and mean ± std (ddof = 1) for each agent and method."""
     grid = ctx.grid("seeds")
@@ -114,6 +139,7 @@ def seeds_table(ctx: Context) -> Table:
     return table
 
 
+@register_table("alpha")
 def alpha_table(ctx: Context) -> Table:
     """MATH-500 of HACPO for alpha in the sweep's grid, per pair and agent."""
     grid = ctx.grid("alpha")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from analysis.cell_values import Value, curve_run, find, run_value
 from analysis.context import Context, Pair
 from analysis.reference import METHOD_LABELS, paper
+from analysis.registry import register_table
 from analysis.table import Entry, Table
 from hacrl.algo.methods import METHODS
 
@@ -13,6 +14,7 @@ HYPER = (("alpha", "algo.alpha", "α"), ("cross_clip_lower", "algo.cross_clip_lo
          ("cross_clip_step", "algo.delta_step", "δ step"))
 
 
+@register_table("table4")
 def hyperparameters_table(ctx: Context) -> Table:
     """Table 4: each pair's alpha, lower bound and delta_step as the HACPO runs logged them."""
     ref = paper("hyperparameters")
@@ -47,6 +49,7 @@ def hyperparameters_table(ctx: Context) -> Table:
     return table
 
 
+@register_table("table5")
 def ratio_stats_table(ctx: Context) -> Table:
     """Table 5: s_homo and s_hete (per-step means) over all steps: mean, max, min, range."""
     ref = paper("ratio_stats")
@@ -85,6 +88,7 @@ def _timing(ctx: Context, method: str, team: list[str], metric: str) -> dict[int
     return out
 
 
+@register_table("table7")
 def runtime_table(ctx: Context) -> Table:
     """Table 7: wall-clock of each method; single-agent baselines summed over both agents."""
     ref = paper("runtime")
@@ -125,6 +129,7 @@ def runtime_table(ctx: Context) -> Table:
     return total
 
 
+@register_table("table8")
 def memory_table(ctx: Context) -> Table:
     """Table 8: peak memory of each timing cell's job (CPU: peak RSS in GB; GPU: % of memory)."""
     ref = paper("memory")

@@ -28,15 +28,16 @@ CURVES = ("reward/mean", "capability/P", "ratio/s_homo_mean", "ratio/s_hete_mean
 def _build(root: Path, target: int, seed: int = 0) -> int:
     from hacrl.config import compose
     from hacrl.evaluation import Protocol  # noqa: F401  (cells need it when expanding)
+    from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
     from hacrl.sweep.grid import expand
-    from hacrl.sweep.state import write_manifest
     from hacrl.tracking import Tracker
 
     rng = random.Random(seed)
     overrides = [f"output_root={root}"]
     cells = expand("paper", lambda extra: compose([*overrides, *extra])).cells
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    write_manifest(root / "sweeps" / "paper", "paper", overrides, cells, len(cells), uri)
+    write_manifest(root / "sweeps" / "paper", SweepManifest(
+        "paper", list(cells), arguments=overrides, asked=len(cells), tracking_uri=uri))
     tracker = Tracker(uri, "hacrl")
     benches = ["tiny_math500", "tiny_math", "tiny_gsm8k", "tiny_aime2025", "tiny_amc23",
                "tiny_minerva", "tiny_olympiad"]

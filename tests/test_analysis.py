@@ -14,7 +14,8 @@ from analysis.report import build
 from analysis.store import open_store
 from analysis.tables_accuracy import benchmark_table, seeds_table
 from analysis.tables_cost import runtime_table
-from hacrl.sweep.grid import Cell
+from hacrl.schema.sweep_manifest import CellRecord as Cell
+from hacrl.sweep.grid import all_grids
 from hacrl.tracking import Tracker
 
 SIZE = pair("size")           # qwen3-1.7b-base + qwen3-4b-base
@@ -113,7 +114,7 @@ def world(tmp_path: Path) -> tuple[Context, dict[str, str]]:
     for cid, wall in (("t_hacpo", 30.0), (f"t_gspo_x2_{SMALL}", 20.0),
                       (f"t_gspo_x2_{BIG}", 25.0), (f"t_gspo_{SMALL}", 10.0)):
         store.run("job", cid, cid, None, {"time/wall_s": wall})
-    return Context(open_store(store.uri), cells, "tiny"), ids
+    return Context(open_store(store.uri), cells, "tiny", all_grids()), ids
 
 
 def _row(table, section: str, row: str) -> dict:
@@ -193,14 +194,19 @@ def test_runtime_sums_single_agent_baselines_over_both_agents(world):
 
 
 def test_report_folder_claims_figures_and_mlflow_run(world, tmp_path):
+    from analysis.registry import FIGURES, TABLES
+    from hacrl.cli.sweep_report import sweep_definition
+
     ctx, _ = world
-    report = build(ctx, "paper", tmp_path / "report")
+    paper = sweep_definition("paper")  # every table and figure: paper includes all sweeps
+    assert set(paper.tables) == set(TABLES) and set(paper.figures) == set(FIGURES)
+    report = build(ctx, "paper", tmp_path / "report", paper.tables, paper.figures)
+    assert list(report.tables) == ["table1", "table2", "table3", "table4", "table5", "table6",
+                                   "table7", "table8", "table9", "alpha"]  # the paper's order
     folder = report.folder
     for key in ("table1", "table6", "table7", "table9"):
         for suffix in ("md", "tex", "csv"):
             assert (folder / "tables" / f"{key}.{suffix}").stat().st_size > 0
-    from analysis.figures import FIGURES
-
     assert report.figures == list(FIGURES) and not report.undrawn  # each figure is produced
     for name in report.figures:
         assert (folder / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"

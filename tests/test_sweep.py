@@ -114,6 +114,8 @@ hydra:
     subdir: .jobs/${hydra.job.num}
   sweeper:
     name: mini
+    report:
+      tables: [table2]
     grids:
       - pair: size
         method: [gspo, hacpo]

@@ -113,7 +113,7 @@ def _sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _status(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.config import ConfigError, compose
-    from hacrl.sweep.state import cell_status, format_table, read_manifest
+    from hacrl.sweep.state import cell_status, format_table, read_cells
     from hacrl.tracking import Tracker
 
     try:
@@ -122,12 +122,12 @@ def _status(args: argparse.Namespace, overrides: list[str]) -> int:
         print(f"hacrl: status: {err}", file=sys.stderr)
         return 2
     sweep_dir = Path(os.path.expanduser(str(cfg.output_root))).resolve() / "sweeps" / args.name
-    manifest, cells = read_manifest(sweep_dir)
-    if not cells:
+    manifest, cells = read_cells(sweep_dir)
+    if manifest is None or not cells:
         print(f"hacrl: status: sweep {args.name} has not started in {sweep_dir.parent}; "
               f"run `hacrl sweep {args.name}` (or pass output_root=...)", file=sys.stderr)
         return 2
-    tracker = Tracker(manifest["tracking_uri"], str(cfg.tracking.experiment))
+    tracker = Tracker(manifest.tracking_uri, str(cfg.tracking.experiment))
     tracker.reap_dead_runs()  # a run whose process died is KILLED, not RUNNING
     rows = [cell_status(cell, sweep_dir, tracker) for cell in cells]
     print(format_table(rows))
@@ -135,7 +135,7 @@ def _status(args: argparse.Namespace, overrides: list[str]) -> int:
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     print(f"{args.name}: {len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(
-        counts.items())) + f" (asked {manifest.get('asked')}, state in {sweep_dir})")
+        counts.items())) + f" (asked {manifest.asked}, state in {sweep_dir})")
     return 0
 
 

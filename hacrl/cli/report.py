@@ -47,10 +47,21 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def _report(args: argparse.Namespace, overrides: list[str]) -> int:
-    from analysis.report import make_report
+    from analysis.report import destination, make_report
+    from hacrl.cli.sweep_report import no_table_line, report_record
+    from hacrl.config import compose
+    from hacrl.sweep.grid import sweep_file
 
-    report = make_report(args.name, overrides, log=not args.no_mlflow,
-                         folder=Path(args.out) if args.out else None, require_runs=True)
+    # `+sweep=<name>` (plain Hydra multirun) selects the sweep; it is not a training setting
+    overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != "sweep"]
+    sweep_file(args.name)  # an unknown sweep stops here, naming the known ones
+    cfg = compose(overrides)
+    where = destination(args.name, cfg, Path(args.out) if args.out else None, require_runs=True)
+    record = report_record(args.name, overrides, cfg)
+    if line := no_table_line(record, where.store.uri):
+        print(line)
+        return 0
+    report = make_report(record, log=not args.no_mlflow, where=where)
     for claim in report.claims:
         print(f"- {claim.text}: {claim.verdict}")
     missing = sum(1 for t in report.tables.values() for _, _, es in t.rows for e in es

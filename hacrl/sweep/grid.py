@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,38 +24,27 @@ from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo.methods import METHODS
 from hacrl.config import CONFIG_DIR, ConfigError, config_hash
+from hacrl.schema.sweep_manifest import CellRecord
 
 SWEEP_DIR = CONFIG_DIR / "sweep"  # a link to the repository's sweeps/
 # resolved config values kept with each cell (analysis/ places cells in tables by them)
 PARAMS = ("pair.name", "algo.alpha", "algo.cross_clip_lower", "algo.delta_step", "train.steps",
           "timing_repeat", "engine.threads")
 GRID_KEYS = ("protocol", "fixed", "cost")
+REPORT_KEYS = ("tables", "figures")
 SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 Compose = Callable[[list[str]], DictConfig]
 
 
-@dataclass
-class Cell:
-    """One distinct training (or, for method=base, evaluation-only) job of a sweep."""
+class Cell(CellRecord):
+    """One distinct training (or, for method=base, evaluation-only) job of a sweep: the record
+    the manifest holds (`hacrl.schema.sweep_manifest.CellRecord`) and what the sweep does with
+    it."""
 
-    id: str
-    overrides: list[str]              # what makes this cell (besides the sweep's command line)
-    method: str
-    agents: list[str]
-    seed: int
-    sweeps: list[str] = field(default_factory=list)
-    protocols: list[str] = field(default_factory=list)
-    cost: bool = False                 # a timing cell: runs alone, after the others
-    estimate: float = 1.0              # relative cost, for scheduling longest first
-    # facts for deciding "done" without composing again (filled from the resolved config)
-    trains: bool = True
-    run_dir: str = ""
-    model_paths: dict[str, str] = field(default_factory=dict)
-    protocol_keys: dict[str, str] = field(default_factory=dict)
-    scale: str = ""
-    # resolved settings a report needs even when the cell has no run yet (see `PARAMS`)
-    params: dict[str, Any] = field(default_factory=dict)
+    @classmethod
+    def of(cls, record: CellRecord) -> Cell:
+        return cls(**asdict(record))
 
     @property
     def label(self) -> str:
@@ -107,6 +96,51 @@ def load_grids(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,),
         assert isinstance(plain, dict)
         grids.append((name, {str(k): v for k, v in plain.items()}))
     return grids
+
+
+def all_grids(dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> dict[str, list[dict[str, Any]]]:
+    """Sweep name -> its own grids, for every sweep file of the sweep folders (what the report
+    lays its tables out by: a table's pairs, methods and protocol are its sweep's grid's)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in sorted({p.stem for folder in dirs for p in Path(folder).glob("*.yaml")}):
+        for sweep, grid in load_grids(name, dirs):
+            if grid not in out.setdefault(sweep, []):
+                out[sweep].append(grid)
+    return out
+
+
+@dataclass
+class ReportKeys:
+    """The tables and figures one sweep file names (hydra.sweeper.report.{tables,figures})."""
+
+    file: Path
+    tables: list[str]
+    figures: list[str]
+
+
+def load_report_keys(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,),
+                     seen: tuple[str, ...] = ()) -> list[ReportKeys]:
+    """Per sweep file, the report keys it names: its includes' first, each sweep once."""
+    if name in seen:
+        return []
+    path = sweep_file(name, dirs)
+    sweeper = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper") or {}
+    out: list[ReportKeys] = []
+    for included in sweeper.get("include") or []:
+        out += load_report_keys(str(included), dirs, (*seen, name))
+    node = sweeper.get("report") or {}
+    report = OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+    if not isinstance(report, dict) or set(report) - set(REPORT_KEYS):
+        raise ConfigError(f"{path}: hydra.sweeper.report is a mapping with the keys "
+                          f"{' and '.join(REPORT_KEYS)} (lists of report keys), got {report!r}")
+    keys = {}
+    for kind in REPORT_KEYS:
+        value = report.get(kind) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{path}: hydra.sweeper.report.{kind} must be a list of names, "
+                              f"e.g. [table1], got {value!r}")
+        keys[kind] = value
+    return [*out, ReportKeys(path, keys["tables"], keys["figures"])]
 
 
 def _value(v: Any) -> str:

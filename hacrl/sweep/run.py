@@ -1,9 +1,11 @@
-"""One `hacrl sweep`: expand, deduplicate, skip what is done, launch the rest, report.
+"""One `hacrl sweep`: expand, deduplicate, skip what is done, launch the rest.
 
 Launch: with a local launcher (submitit local, or Hydra's in-process basic one) cells go one job
 per `launch` call from a pool of `parallel` threads, longest first, so a short cell never waits
 for a long one; with a cluster launcher (SLURM) all pending cells go as one job array. A failed
 job is recorded and the others go on. The timing (cost) cells run last, one at a time.
+The report is not the sweep's: the command on top (the sweeper plugin) writes it from the
+manifest this writes (`hacrl.schema.sweep_manifest`).
 """
 
 from __future__ import annotations
@@ -18,14 +20,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hacrl.errors import check_writable
-from hacrl.sweep.grid import SWEEP_DIR, Cell, expand
-from hacrl.sweep.state import (
-    DEADLINE_S,
-    cell_status,
-    format_table,
-    write_json,
-    write_manifest,
-)
+from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
+from hacrl.sweep.grid import SWEEP_DIR, Cell, Expansion, all_grids, expand, load_report_keys
+from hacrl.sweep.state import DEADLINE_S, cell_status, format_table, write_json
 from hacrl.tracking import Tracker, check_store, resolve_uri
 
 LOCAL_LAUNCHERS = ("LocalLauncher", "BasicLauncher")
@@ -65,6 +62,9 @@ class SweepRun:
             else int(cost_threads)
         self.dry_run = dry_run
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        # set by `execute` once the cells are known (what the report is made from)
+        self.first: DictConfig | None = None
+        self.manifest: SweepManifest | None = None
 
     def with_arguments(self, overrides: list[str]) -> list[str]:
         """The command line's overrides, then the cell's (a key the command line sets wins)."""
@@ -85,7 +85,7 @@ class SweepRun:
 
     def execute(self) -> list[dict[str, Any]]:
         started = time.perf_counter()
-        first = self.compose([])
+        first = self.first = self.compose([])
         output_root = Path(str(first.output_root)).expanduser().resolve()
         uri = resolve_uri(first.tracking.uri, output_root)
         check_store(uri)  # before the expansion (seconds): a fault is one quick line
@@ -94,7 +94,8 @@ class SweepRun:
         cells = expansion.cells
         tracker = Tracker(uri, str(first.tracking.experiment))  # the store exists before any job
         tracker.reap_dead_runs()
-        write_manifest(self.sweep_dir, self.name, self.arguments, cells, expansion.asked, uri)
+        self.manifest = self._manifest(expansion, uri)
+        write_manifest(self.sweep_dir, self.manifest)
         say(f"{self.name}: {expansion.asked} cells asked, {len(cells)} distinct "
             f"({expansion.asked - len(cells)} saved by deduplication); store {uri}; "
             f"state in {self.sweep_dir} ({time.perf_counter() - started:.1f} s)")
@@ -110,20 +111,7 @@ class SweepRun:
         todo = [c for c in cells if c.id not in skipped | elsewhere]
         say(f"{len(skipped)} done already, {len(elsewhere)} running elsewhere, {len(todo)} to run")
         if self.dry_run:
-            rows = [before[c.id] for c in cells]
-            print(format_table(rows), flush=True)
-            if todo and type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
-                from omegaconf import OmegaConf
-
-                from hacrl.sweep.slurm import render_sbatch
-
-                launcher = OmegaConf.to_container(self.config.hydra.launcher, resolve=True)
-                assert isinstance(launcher, dict)
-                folder = str(launcher.get("submitit_folder", self.sweep_dir / ".submitit/%j"))
-                print(f"# sbatch script of the job array ({len(todo)} cells):")
-                print(render_sbatch({str(k): v for k, v in launcher.items()}, folder,
-                                    array_size=len(todo)), flush=True)
-            return rows
+            return self._dry_run([before[c.id] for c in cells], len(todo))
         outcome: dict[str, str] = {}
         self.walls: dict[str, float] = {}  # dispatch -> return, per launched cell
         main = sorted((c for c in todo if not c.cost), key=lambda c: -c.estimate)
@@ -136,6 +124,41 @@ class SweepRun:
             self._launch(cost, index, outcome, 1, [f"engine.threads={self.cost_threads}"])
 
         tracker.reap_dead_runs()
+        rows = self._final_rows(cells, tracker, skipped, outcome, started)
+        failed = [r for r in rows if r["status"] in ("failed", "killed", "incomplete", "pending")]
+        counts = {s: sum(r["status"] == s for r in rows) for s in
+                  ("done", "skipped", "failed", "running")}
+        say(f"{self.name}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) +
+            f" in {time.perf_counter() - started:.0f} s; `hacrl status {self.name}` shows this "
+            "table again")
+        if elsewhere:
+            say(f"{len(elsewhere)} cells were running in other processes (an earlier sweep whose "
+                f"jobs outlived it); `hacrl status {self.name}` follows them, and this command "
+                "run again later completes the sweep")
+        if failed:
+            raise SweepFailed(f"{len(failed)} of {len(rows)} cells did not finish: "
+                              + ", ".join(f"{r['cell']} ({r['status']})" for r in failed[:10]))
+        return rows
+
+    def _dry_run(self, rows: list[dict[str, Any]], todo: int) -> list[dict[str, Any]]:
+        """The table of what is done, and the sbatch script the pending cells would get."""
+        print(format_table(rows), flush=True)
+        if todo and type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
+            from omegaconf import OmegaConf
+
+            from hacrl.sweep.slurm import render_sbatch
+
+            launcher = OmegaConf.to_container(self.config.hydra.launcher, resolve=True)
+            assert isinstance(launcher, dict)
+            folder = str(launcher.get("submitit_folder", self.sweep_dir / ".submitit/%j"))
+            print(f"# sbatch script of the job array ({todo} cells):")
+            print(render_sbatch({str(k): v for k, v in launcher.items()}, folder,
+                                array_size=todo), flush=True)
+        return rows
+
+    def _final_rows(self, cells: list[Cell], tracker: Tracker, skipped: set[str],
+                    outcome: dict[str, str], started: float) -> list[dict[str, Any]]:
+        """Each cell's row from the artifacts (not from memory), written to status.json."""
         rows = []
         for cell in cells:
             row = cell_status(cell, self.sweep_dir, tracker)
@@ -149,36 +172,18 @@ class SweepRun:
         write_json(self.sweep_dir / "status.json", {"sweep": self.name, "rows": rows,
                                                      "seconds": time.perf_counter() - started})
         print(format_table(rows), flush=True)
-        failed = [r for r in rows if r["status"] in ("failed", "killed", "incomplete", "pending")]
-        counts = {s: sum(r["status"] == s for r in rows) for s in
-                  ("done", "skipped", "failed", "running")}
-        say(f"{self.name}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) +
-            f" in {time.perf_counter() - started:.0f} s; `hacrl status {self.name}` shows this "
-            "table again")
-        self._report(first, cells)
-        if elsewhere:
-            say(f"{len(elsewhere)} cells were running in other processes (an earlier sweep whose "
-                f"jobs outlived it); `hacrl status {self.name}` follows them, and this command "
-                "run again later completes the sweep")
-        if failed:
-            raise SweepFailed(f"{len(failed)} of {len(rows)} cells did not finish: "
-                              + ", ".join(f"{r['cell']} ({r['status']})" for r in failed[:10]))
         return rows
 
-    def _report(self, cfg: DictConfig, cells: list[Cell]) -> None:
-        """A sweep ends by writing its report (tables, figures, claims); a report that cannot
-        be made is said, and does not change the sweep's outcome."""
-        from analysis.report import make_report
-
-        try:
-            report = make_report(self.name, self.arguments, sweep_dir=self.sweep_dir,
-                                 sweep_dirs=self.sweep_dirs(), cfg=cfg, cells=cells)
-        except Exception as err:  # the runs are safe in MLflow; `hacrl report` can retry
-            say(f"report not written ({type(err).__name__}: {err}); run `hacrl report "
-                f"{self.name}` with the same overrides")
-            return
-        say(f"report: {report.folder / 'index.html'} ({len(report.tables)} tables, "
-            f"{len(report.figures)} figures, {report.seconds:.1f} s; MLflow run {report.run_id})")
+    def _manifest(self, expansion: Expansion, uri: str) -> SweepManifest:
+        """The record of this sweep: its cells, and what its files name for the report."""
+        dirs = self.sweep_dirs()
+        keys = load_report_keys(self.name, dirs)
+        return SweepManifest(
+            sweep=self.name, cells=list(expansion.cells), arguments=self.arguments,
+            asked=expansion.asked, tracking_uri=uri, created=time.time(),
+            tables=list(dict.fromkeys(t for k in keys for t in k.tables)),
+            figures=list(dict.fromkeys(f for k in keys for f in k.figures)),
+            grids=all_grids(dirs))
 
     def _parallel(self, threads_per_job: int) -> int:
         if type(self.launcher).__name__ == "BasicLauncher":

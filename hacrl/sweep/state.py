@@ -2,6 +2,7 @@
 
 <output_root>/sweeps/<name>/            (hydra.sweep.dir)
     manifest.json                       the distinct cells, written before any job starts
+                                        (its format: hacrl/schema/sweep_manifest.py)
     cells/<cell id>.json                written by the job: running / done / failed, pid, log,
                                         and a heartbeat every HEARTBEAT_S while it runs
     status.json                         the final table of the last `hacrl sweep`
@@ -26,21 +27,16 @@ import os
 import socket
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from hacrl.checkpoint import read_done
-from hacrl.errors import HacrlError
+from hacrl.schema.sweep_manifest import SweepManifest, read_manifest
 from hacrl.sweep.grid import Cell
 from hacrl.tracking import Tracker, process_alive
 
 HEARTBEAT_S = 30.0   # a running cell rewrites its state file this often
 DEADLINE_S = 300.0   # ... and counts as dead on another host after this long without it
-
-
-def manifest_path(sweep_dir: Path) -> Path:
-    return sweep_dir / "manifest.json"
 
 
 def cell_state_path(sweep_dir: Path, cell_id: str) -> Path:
@@ -84,27 +80,10 @@ def alive(state: dict[str, Any]) -> bool:
     return isinstance(beat, int | float) and time.time() - beat < DEADLINE_S
 
 
-def write_manifest(sweep_dir: Path, name: str, arguments: list[str], cells: list[Cell],
-                   asked: int, tracking_uri: str) -> None:
-    write_json(manifest_path(sweep_dir), {
-        "sweep": name, "arguments": arguments, "created": time.time(), "asked": asked,
-        "tracking_uri": tracking_uri, "cells": [asdict(c) for c in cells]})
-
-
-def read_manifest(sweep_dir: Path) -> tuple[dict[str, Any], list[Cell]]:
-    path = manifest_path(sweep_dir)
-    data = read_json(path)
-    known = set(Cell.__dataclass_fields__)
-    try:
-        for c in data.get("cells", []):
-            if unknown := set(c) - known:
-                raise HacrlError(f"{path} is not a manifest of this hacrl (unknown key "
-                                 f"{sorted(unknown)[0]!r}); run `hacrl sweep "
-                                 f"{data.get('sweep', '<name>')}` again to rewrite it")
-        return data, [Cell(**c) for c in data.get("cells", [])]
-    except (TypeError, AttributeError) as err:
-        raise HacrlError(f"{path} is damaged ({err}); run `hacrl sweep "
-                         f"{data.get('sweep', '<name>')}` again to rewrite it") from err
+def read_cells(sweep_dir: Path) -> tuple[SweepManifest | None, list[Cell]]:
+    """The sweep folder's manifest (None: the sweep never started there) and its cells."""
+    manifest = read_manifest(sweep_dir)
+    return manifest, [Cell.of(c) for c in manifest.cells] if manifest else []
 
 
 def _evaluated(tracker: Tracker, run_id: str, cell: Cell) -> bool:

@@ -1,7 +1,9 @@
 """The `hacrl` Hydra sweeper: a thin plugin shell around `hacrl.sweep.run.SweepRun`.
 
 Selected by a sweep config (`override /hydra/sweeper: hacrl`); Hydra requires sweeper classes
-to live in the `hydra_plugins` package, the logic lives in hacrl/sweep/.
+to live in the `hydra_plugins` package, the logic lives in hacrl/sweep/. The plugin is part of
+the command line: it runs the sweep, then its report (`hacrl.cli.sweep_report.run_sweep`), so
+`hacrl sweep <name>` and `python -m hacrl.train -m +sweep=<name>` both end with the report.
 """
 
 # No `from __future__ import annotations`: Hydra loads plugin modules without registering them
@@ -22,6 +24,9 @@ class HacrlSweeperConf:
     name: str = "sweep"
     include: List[str] = field(default_factory=list)  # noqa: UP006 (OmegaConf schema)
     grids: List[Any] = field(default_factory=list)  # noqa: UP006
+    # what the report of this sweep holds: {tables: [table1, ...], figures: [figure2, ...]}
+    # (keys registered in analysis/registry.py; read from the sweep file, not from here)
+    report: Any = field(default_factory=dict)
     # jobs at a time with a local launcher; "auto" sizes it to the cores and memory
     parallel: Any = "auto"
     mem_per_job_gb: float = 2.0
@@ -39,7 +44,7 @@ ConfigStore.instance().store(group="hydra/sweeper", name="hacrl", node=HacrlSwee
 class HacrlSweeper(Sweeper):
     def __init__(self, name: str, include: List[str], grids: List[Any],  # noqa: UP006
                  parallel: Any, mem_per_job_gb: float, cost_threads: Any,
-                 dry_run: bool = False) -> None:
+                 dry_run: bool = False, report: Any = None) -> None:
         self.settings = {"name": name, "parallel": parallel, "mem_per_job_gb": mem_per_job_gb,
                          "cost_threads": cost_threads, "dry_run": dry_run}
         self.config: Optional[DictConfig] = None  # noqa: UP045
@@ -56,6 +61,7 @@ class HacrlSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:  # noqa: UP006
+        from hacrl.cli.sweep_report import run_sweep
         from hacrl.errors import HacrlError
         from hacrl.sweep.run import SweepRun
 
@@ -63,7 +69,7 @@ class HacrlSweeper(Sweeper):
         run = SweepRun(self.config, self.hydra_context.config_loader, self.launcher,
                        arguments, **self.settings)
         try:
-            return run.execute()
+            return run_sweep(run)
         except HacrlError as err:  # a fault the user can act on: one line, no traceback
             print(f"hacrl: sweep: {err}", file=sys.stderr)
             sys.exit(err.exit_code)

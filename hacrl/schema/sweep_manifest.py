@@ -1,0 +1,147 @@
+"""The sweep manifest: what `hacrl sweep` decided, written before any job starts, read by the
+report (and by `hacrl status`). Leaf module: standard library and `hacrl.errors` only.
+
+<output_root>/sweeps/<name>/manifest.json is one JSON object:
+
+    format        2 (a manifest without it is format 1: written before `tables`, `figures`
+                  and `grids` were recorded; it still reads, those three are then None)
+    sweep         the sweep's name (sweeps/<name>.yaml)
+    arguments     the command line's overrides
+    created       when it was written (seconds since the epoch)
+    asked         cells the grids asked for, before equal cells were merged
+    tracking_uri  the MLflow store the cells log to
+    cells         one object per distinct cell: the fields of `CellRecord`
+    tables        report keys of the tables the sweep feeds (its file and the files it
+                  includes name them under hydra.sweeper.report.tables)
+    figures       report keys of its figures (hydra.sweeper.report.figures)
+    grids         sweep name -> that sweep's own grids (the axes the tables are laid out by:
+                  pairs, methods, protocols, settings), for every sweep file known to the sweep
+
+A cell is found in the store by `id` (the training config hash, MLflow tag `config_hash`), a
+base model's evaluation by `model_paths`; `params` hold the resolved settings the tables place
+cells by (alpha, clip schedule, steps, timing repeat, threads). Keys this module does not know
+are refused in a cell (the manifest is from another hacrl) and ignored at the top level.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from hacrl.errors import HacrlError
+
+FORMAT = 2
+FILE_NAME = "manifest.json"
+
+
+@dataclass
+class CellRecord:
+    """One distinct training (or, for method=base, evaluation-only) job of a sweep."""
+
+    id: str                            # the training config hash (`hacrl.config.config_hash`)
+    overrides: list[str]               # what makes this cell (besides the sweep's command line)
+    method: str
+    agents: list[str]
+    seed: int
+    sweeps: list[str] = field(default_factory=list)     # the sweeps whose grids asked for it
+    protocols: list[str] = field(default_factory=list)  # evaluation protocols it needs
+    cost: bool = False                 # a timing cell: runs alone, after the others
+    estimate: float = 1.0              # relative cost, for scheduling longest first
+    # facts for deciding "done" without composing again (filled from the resolved config)
+    trains: bool = True                # False: evaluation only (method=base)
+    run_dir: str = ""
+    model_paths: dict[str, str] = field(default_factory=dict)    # agent -> model path or hub id
+    protocol_keys: dict[str, str] = field(default_factory=dict)  # protocol -> settings hash
+    scale: str = ""
+    # resolved settings a report needs even when the cell has no run yet
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SweepManifest:
+    sweep: str
+    cells: list[CellRecord]
+    arguments: list[str] = field(default_factory=list)
+    asked: int = 0
+    tracking_uri: str = ""
+    created: float = 0.0
+    tables: list[str] | None = None    # None: not recorded (format 1)
+    figures: list[str] | None = None
+    grids: dict[str, list[dict[str, Any]]] | None = None
+    format: int = FORMAT
+
+
+def manifest_path(sweep_dir: Path) -> Path:
+    return sweep_dir / FILE_NAME
+
+
+def write_manifest(sweep_dir: Path, manifest: SweepManifest) -> None:
+    """Write `manifest` into the sweep folder atomically (a reader never sees half a file)."""
+    path = manifest_path(sweep_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = asdict(manifest)
+    data["created"] = manifest.created or time.time()
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def read_manifest(sweep_dir: Path) -> SweepManifest | None:
+    """The sweep folder's manifest; None when there is none, or (with a warning) when the file
+    is not a JSON object. A cell with unknown keys or wrong types is one HacrlError."""
+    path = manifest_path(sweep_dir)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        print(f"hacrl: warning: {path} is not a hacrl state file (damaged?); ignored",
+              file=sys.stderr, flush=True)
+        return None
+    return from_json(data, path)
+
+
+def from_json(data: dict[str, Any], path: Path | str = FILE_NAME) -> SweepManifest:
+    """A manifest from its JSON object (format 1 or 2); `path` names it in errors."""
+    again = f"run `hacrl sweep {data.get('sweep', '<name>')}` again to rewrite it"
+    known = {f.name for f in fields(CellRecord)}
+    try:
+        cells = []
+        for cell in data.get("cells") or []:
+            if unknown := set(cell) - known:
+                raise HacrlError(f"{path} is not a manifest of this hacrl (unknown key "
+                                 f"{sorted(unknown)[0]!r}); {again}")
+            cells.append(CellRecord(**cell))
+        return SweepManifest(
+            sweep=str(data.get("sweep", "")), cells=cells,
+            arguments=[str(a) for a in data.get("arguments") or []],
+            asked=int(data.get("asked") or 0), tracking_uri=str(data.get("tracking_uri", "")),
+            created=float(data.get("created") or 0.0),
+            tables=_names(data.get("tables")), figures=_names(data.get("figures")),
+            grids=_grids(data.get("grids")), format=int(data.get("format") or 1))
+    except (TypeError, AttributeError, ValueError) as err:
+        raise HacrlError(f"{path} is damaged ({err}); {again}") from err
+
+
+def _names(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list of names, got {value!r}")
+    return [str(v) for v in value]
+
+
+def _grids(value: Any) -> dict[str, list[dict[str, Any]]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+            isinstance(g, list) and all(isinstance(x, dict) for x in g) for g in value.values()):
+        raise TypeError("grids: expected sweep name -> list of grids")
+    return {str(k): v for k, v in value.items()}
