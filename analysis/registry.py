@@ -10,7 +10,7 @@ the sweep whose runs it shows:
     def my_table(ctx: Context) -> Table: ...
 
 The builders live in `analysis.tables_accuracy`, `analysis.tables_cost` and `analysis.figures`
-(`registered()` imports them). A report lists its tables in the paper's order (`table<N>` by N,
+(`analysis.builders` imports them: this module imports none, so they can import it). A report lists its tables in the paper's order (`table<N>` by N,
 then the others in the order they were registered) and its figures in registration order.
 """
 
@@ -53,15 +53,6 @@ def register_figure(key: str) -> Callable[[B], B]:
     return _register("figure", FIGURES, key)
 
 
-def registered() -> tuple[dict[str, TableBuilder], dict[str, FigureBuilder]]:
-    """Every registered table and figure (importing the modules that register them)."""
-    import analysis.figures  # noqa: F401
-    import analysis.tables_accuracy  # noqa: F401
-    import analysis.tables_cost  # noqa: F401
-
-    return TABLES, FIGURES
-
-
 def table_order(keys: list[str] | set[str]) -> list[str]:
     """`keys` in the report's order: `table<N>` by N, then the others as registered."""
     position = {k: i for i, k in enumerate(TABLES)}
@@ -76,11 +67,3 @@ def table_order(keys: list[str] | set[str]) -> list[str]:
 def figure_order(keys: list[str] | set[str]) -> list[str]:
     position = {k: i for i, k in enumerate(FIGURES)}
     return sorted(keys, key=lambda k: position.get(k, len(position)))
-
-
-def unknown_keys(tables: list[str], figures: list[str]) -> list[tuple[str, str, list[str]]]:
-    """(kind, key, the registered choices) of every key that names no registered builder."""
-    registered()
-    return [(kind, key, sorted(registry)) for kind, keys, registry in
-            (("tables", tables, TABLES), ("figures", figures, FIGURES))
-            for key in keys if key not in registry]

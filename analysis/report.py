@@ -33,8 +33,9 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from analysis import claims as claims_mod
+from analysis.builders import registered, unknown_keys
 from analysis.context import Context
-from analysis.registry import figure_order, registered, table_order, unknown_keys
+from analysis.registry import figure_order, table_order
 from analysis.store import Store
 from analysis.table import Table
 from hacrl.errors import ConfigError, OutputError, StoreError

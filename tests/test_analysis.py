@@ -194,7 +194,7 @@ def test_runtime_sums_single_agent_baselines_over_both_agents(world):
 
 
 def test_report_folder_claims_figures_and_mlflow_run(world, tmp_path):
-    from analysis.registry import FIGURES, TABLES
+    from analysis.builders import FIGURES, TABLES
     from hacrl.cli.sweep_report import sweep_definition
 
     ctx, _ = world

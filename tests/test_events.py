@@ -11,7 +11,6 @@ from hacrl.events import (
     Finished,
     Schedule,
     StepDone,
-    ValidationDue,
     run_steps,
 )
 from hacrl.loop import StepResult

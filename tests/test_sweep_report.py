@@ -87,13 +87,8 @@ def test_manifest_round_trips_and_an_old_one_still_reads(tmp_path: Path) -> None
 
 
 def test_tables_and_figures_are_registered_by_key() -> None:
-    from analysis.registry import (
-        TABLES,
-        register_table,
-        registered,
-        table_order,
-        unknown_keys,
-    )
+    from analysis.builders import registered, unknown_keys
+    from analysis.registry import TABLES, register_table, table_order
 
     tables, figures = registered()
     assert set(tables) == {"table1", "table2", "table3", "table4", "table5", "table6", "table7",
@@ -117,7 +112,7 @@ def test_tables_and_figures_are_registered_by_key() -> None:
 
 
 def test_each_sweep_names_its_tables_and_paper_gets_the_union() -> None:
-    from analysis.registry import FIGURES, TABLES
+    from analysis.builders import FIGURES, TABLES
     from hacrl.cli.sweep_report import sweep_definition
 
     table1 = sweep_definition("table1")

@@ -41,7 +41,7 @@ def sweep_definition(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Defini
     """The tables and figures sweep `name` and its includes name (each key once, first named
     first), and every sweep file's grids; a key no builder is registered for is one
     ConfigError naming the file, the key and the registered choices."""
-    from analysis.registry import unknown_keys
+    from analysis.builders import unknown_keys
 
     keys = load_report_keys(name, dirs)
     for named in keys:
