@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.store import Store
+from hacrl.schema import tags as T
 from hacrl.schema.sweep_manifest import CellRecord
 
 REASONS = {"RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
@@ -63,12 +64,12 @@ def cell_runs(store: Store, cell: CellRecord, agent: str | None) -> pd.DataFrame
     runs = store.runs
     if not cell.trains:
         path = cell.model_paths.get(agent or "", "")
-        return runs[(runs["hacrl.kind"] == "eval") & (runs["hacrl.model_path"] == path)
-                    & (runs["scale"] == cell.scale)]
+        return runs[(runs[T.KIND] == T.EVAL) & (runs[T.MODEL_PATH] == path)
+                    & (runs[T.SCALE] == cell.scale)]
     if agent is None:
-        return runs[(runs["config_hash"] == cell.id) & (runs["hacrl.kind"] == "job")]
-    return runs[(runs["config_hash"] == cell.id) & (runs["hacrl.kind"] == "agent")
-                & (runs["model"] == agent)]
+        return runs[(runs[T.CONFIG_HASH] == cell.id) & (runs[T.KIND] == T.JOB)]
+    return runs[(runs[T.CONFIG_HASH] == cell.id) & (runs[T.KIND] == T.AGENT)
+                & (runs[T.MODEL] == agent)]
 
 
 def curve_run(store: Store, cell: CellRecord, agent: str) -> str | None:

@@ -12,10 +12,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis.store import Store  # noqa: E402
+from hacrl.schema import tags as T  # noqa: E402
 
 ALIASES = {"alpha": "param:algo.alpha", "lower": "param:algo.cross_clip_lower",
            "delta_step": "param:algo.delta_step", "steps": "param:train.steps",
-           "kind": "hacrl.kind", "cell": "config_hash"}
+           "kind": T.KIND, "cell": T.CONFIG_HASH}
 
 
 def column(runs: pd.DataFrame, key: str) -> str:
@@ -42,7 +43,7 @@ def plot_metric(store: Store, metric: str, by: str, where: list[str], out: Path,
     of runs drawn. Raises ValueError naming what to change when nothing matches."""
     runs = store.runs
     if kind != "any":
-        runs = runs[runs["hacrl.kind"] == kind]
+        runs = runs[runs[T.KIND] == kind]
     for condition in where:
         key, sep, value = condition.partition("=")
         if not sep:

@@ -39,6 +39,8 @@ from analysis.registry import figure_order, table_order
 from analysis.store import Store
 from analysis.table import Table
 from hacrl.errors import ConfigError, OutputError, StoreError
+from hacrl.layout import Layout
+from hacrl.schema import tags as T
 from hacrl.schema.sweep_manifest import SweepManifest
 
 MARKER = ".hacrl-report"
@@ -72,12 +74,12 @@ def destination(sweep: str, cfg: DictConfig, folder: Path | None = None,
     at the scale, output root and store of the composed config `cfg`. `require_runs`: a store
     without runs is an error (a user asking for a report of nothing)."""
     from analysis.store import open_store
-    from hacrl.tracking import resolve_uri
+    from hacrl.mlflow_store import resolve_uri
 
-    root = Path(str(cfg.output_root)).expanduser().resolve()
-    folder = (folder or root / "reports" / f"{sweep}-{cfg.scale.name}").resolve()
+    root = Layout.at(cfg.output_root)
+    folder = (folder or root.report(sweep, str(cfg.scale.name))).resolve()
     check_destination(folder)
-    store = open_store(resolve_uri(cfg.tracking.uri, root), str(cfg.tracking.experiment))
+    store = open_store(resolve_uri(cfg.tracking.uri, root.root), str(cfg.tracking.experiment))
     if require_runs and store.runs.empty:
         raise StoreError(f"no runs in {store.uri} (experiment {store.experiment}): nothing to "
                          f"report; run `hacrl sweep {sweep}` first, or pass output_root=... or "
@@ -212,8 +214,7 @@ def _log(ctx: Context, sweep: str, folder: Path) -> str:
 
     tracker = Tracker(ctx.store.uri, ctx.store.experiment)
     run_id = tracker.start_run(f"report:{sweep}:{ctx.scale}", {
-        "hacrl.kind": "report", "sweep": sweep, "scale": ctx.scale,
-        "hacrl.report_dir": str(folder)})
+        T.KIND: T.REPORT, T.SWEEP: sweep, T.SCALE: ctx.scale, T.REPORT_DIR: str(folder)})
     try:
         tracker.log_artifacts(run_id, folder, "report")
     finally:

@@ -13,13 +13,16 @@ from typing import Any
 
 import pandas as pd
 
-TAGS = ("hacrl.kind", "method", "model", "pair", "setting", "seed", "scale", "config_hash",
-        "hacrl.cell", "hacrl.model_path", "mlflow.parentRunId", "timing_repeat", "mlflow.runName")
+from hacrl.schema import tags as T
+from hacrl.schema.metrics import REPORTED_PREFIXES
+
+TAGS = (T.KIND, T.METHOD, T.MODEL, T.PAIR, T.SETTING, T.SEED, T.SCALE, T.CONFIG_HASH, T.CELL,
+        T.MODEL_PATH, T.PARENT, T.TIMING_REPEAT, T.RUN_NAME)
 PARAMS = ("algo.alpha", "algo.cross_clip_lower", "algo.delta_step", "train.steps",
           "engine.threads", "pair.name", "train.lr", "train.prompts_per_step",
           "train.minibatch_prompts", "train.rollouts_per_prompt", "rollout.max_new_tokens",
           "algo.clip_low", "algo.clip_high", "algo.capability_window")
-METRIC_PREFIXES = ("eval/", "time/", "memory/", "ratio/", "val/")
+METRIC_PREFIXES = REPORTED_PREFIXES
 
 
 @dataclass
@@ -57,7 +60,7 @@ def open_store(uri: str, experiment: str = "hacrl", *, must_exist: bool = True) 
     """
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from hacrl.errors import StoreError, one_line
-    from hacrl.tracking import open_client
+    from hacrl.mlflow_store import open_client
 
     with open_client(uri, create=not must_exist) as client:
         try:

@@ -9,6 +9,7 @@ from analysis.reference import METHOD_LABELS, paper
 from analysis.registry import register_table
 from analysis.table import Entry, Table
 from hacrl.algo.methods import METHODS
+from hacrl.schema import tags as T
 
 HYPER = (("alpha", "algo.alpha", "α"), ("cross_clip_lower", "algo.cross_clip_lower", "lower bound"),
          ("cross_clip_step", "algo.delta_step", "δ step"))
@@ -29,8 +30,8 @@ def hyperparameters_table(ctx: Context) -> Table:
             seen.add(p.name)
             cells = find(ctx.cells, "hacpo", list(p.agents), sweep)
             runs = ctx.store.runs
-            logged = runs[(runs["config_hash"].isin([c.id for c in cells]))
-                          & (runs["hacrl.kind"] == "job")] if cells else runs.iloc[0:0]
+            logged = runs[(runs[T.CONFIG_HASH].isin([c.id for c in cells]))
+                          & (runs[T.KIND] == T.JOB)] if cells else runs.iloc[0:0]
             published = ref[ref["pair"] == p.name]
             entries = []
             for column, param, _ in HYPER:

@@ -16,15 +16,7 @@ from typing import Any
 
 from hacrl.errors import StoreError, one_line
 from hacrl.layout import artifacts_beside
-from hacrl.mlflow_store import (  # noqa: F401  (TEMP re-export)
-    LOCKED_RETRIES,
-    Timed,
-    check_store,
-    experiment_id,
-    open_client,
-    resolve_uri,
-    sqlite_path,
-)
+from hacrl.mlflow_store import LOCKED_RETRIES, Timed, experiment_id, open_client, sqlite_path
 from hacrl.schema import tags as T
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

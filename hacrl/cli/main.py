@@ -25,7 +25,7 @@ def _train(overrides: list[str], dry: bool = False, dry_dir: str | None = None) 
         print(f"hacrl: config error: {err}", file=sys.stderr)
         return 2
     from hacrl.errors import check_writable
-    from hacrl.tracking import check_store, resolve_uri
+    from hacrl.mlflow_store import check_store, resolve_uri
 
     # output root and store first, before the job's heavy imports (a fault is one quick line)
     check_store(resolve_uri(spec.cfg.tracking.uri, spec.output_root))
@@ -45,7 +45,10 @@ def _train(overrides: list[str], dry: bool = False, dry_dir: str | None = None) 
 def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.config import ConfigError, compose, model_path
     from hacrl.evaluation import Protocol, runner
-    from hacrl.tracking import Tracker, resolve_uri
+    from hacrl.layout import Layout
+    from hacrl.mlflow_store import resolve_uri
+    from hacrl.schema import tags as T
+    from hacrl.tracking import Tracker
 
     chosen = [flag for flag in ("model", "checkpoint", "run") if getattr(args, flag)]
     if len(chosen) != 1:
@@ -56,7 +59,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
         cfg = compose(overrides)
         Protocol.in_use(cfg.eval)
         runner.data_files(cfg, [str(b) for b in cfg.eval.benchmarks])  # missing data: stop here
-        output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
+        output_root = Layout.at(cfg.output_root).root
         tracker = Tracker(resolve_uri(cfg.tracking.uri, output_root), cfg.tracking.experiment)
         if args.model:
             target = runner.target_from_model(tracker, cfg, args.model,
@@ -65,7 +68,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
             target = runner.target_from_checkpoint(tracker, cfg, Path(args.checkpoint))
         else:
             target = runner.target_from_run(tracker, args.run)
-        standalone = tracker.client.get_run(target.run_id).data.tags.get("hacrl.kind") == "eval"
+        standalone = tracker.client.get_run(target.run_id).data.tags.get(T.KIND) == T.EVAL
         status = "FAILED"
         try:
             results = runner.evaluate_into_run(cfg, target.model_path, tracker, target.run_id,
@@ -113,6 +116,7 @@ def _sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _status(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.config import ConfigError, compose
+    from hacrl.layout import Layout
     from hacrl.sweep.state import cell_status, format_table, read_cells
     from hacrl.tracking import Tracker
 
@@ -121,7 +125,7 @@ def _status(args: argparse.Namespace, overrides: list[str]) -> int:
     except ConfigError as err:
         print(f"hacrl: status: {err}", file=sys.stderr)
         return 2
-    sweep_dir = Path(os.path.expanduser(str(cfg.output_root))).resolve() / "sweeps" / args.name
+    sweep_dir = Layout.at(cfg.output_root).sweep(args.name).path
     manifest, cells = read_cells(sweep_dir)
     if manifest is None or not cells:
         print(f"hacrl: status: sweep {args.name} has not started in {sweep_dir.parent}; "
@@ -166,7 +170,7 @@ def _zoo(args: argparse.Namespace) -> int:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from hacrl.tracking import resolve_uri
+    from hacrl.mlflow_store import resolve_uri
 
     uri = resolve_uri(args.uri, Path(args.outputs).resolve())
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",

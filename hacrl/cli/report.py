@@ -76,16 +76,17 @@ def _plot(args: argparse.Namespace, overrides: list[str]) -> int:
     from analysis.plot import plot_metric
     from analysis.store import open_store
     from hacrl.config import compose
-    from hacrl.tracking import resolve_uri
+    from hacrl.layout import Layout
+    from hacrl.mlflow_store import resolve_uri
 
     cfg = compose(overrides)
-    root = Path(str(cfg.output_root)).expanduser().resolve()
-    store = open_store(resolve_uri(cfg.tracking.uri, root), str(cfg.tracking.experiment))
+    layout = Layout.at(cfg.output_root)
+    store = open_store(resolve_uri(cfg.tracking.uri, layout.root), str(cfg.tracking.experiment))
     if store.runs.empty:
         raise ValueError(f"no runs in {store.uri} (experiment {store.experiment}); pass "
                          "output_root=... where the runs are")
     stem = re.sub(r"[^\w.-]+", "_", f"{args.metric}-by-{args.by}")
-    out = Path(args.out) if args.out else root / "plots" / stem
+    out = Path(args.out) if args.out else layout.plot(stem)
     files, drawn = plot_metric(store, args.metric, args.by, args.where, out, kind=args.kind)
     print(f"{drawn} runs -> {', '.join(str(f) for f in files)}")
     return 0

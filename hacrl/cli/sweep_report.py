@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hacrl.config import ConfigError
+from hacrl.layout import Layout
 from hacrl.schema.sweep_manifest import SweepManifest, read_manifest
 from hacrl.sweep.grid import SWEEP_DIR, all_grids, expand, load_report_keys
 
@@ -107,8 +108,7 @@ def report_record(name: str, overrides: list[str], cfg: DictConfig,
     from hacrl.config import compose
 
     definition = sweep_definition(name, dirs)
-    root = Path(str(cfg.output_root)).expanduser().resolve()
-    manifest = read_manifest(root / "sweeps" / name)
+    manifest = read_manifest(Layout.at(cfg.output_root).sweep(name).path)
     cells = manifest.cells if manifest else []
     if not (manifest and manifest.sweep == name and cells and all(c.params for c in cells)
             and all(c.scale == str(cfg.scale.name) for c in cells)):

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo.methods import METHODS
 from hacrl.config import CONFIG_DIR, ConfigError, config_hash
+from hacrl.layout import Layout
 from hacrl.schema.sweep_manifest import CellRecord
 
 SWEEP_DIR = CONFIG_DIR / "sweep"  # a link to the repository's sweeps/
@@ -167,8 +168,7 @@ def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
 
     method = METHODS[cell.method]
     cell.trains = method.trains
-    root = Path(str(cfg.output_root)).expanduser().resolve()
-    cell.run_dir = str(root / "runs" / f"{cell.id}-{cell.method}")
+    cell.run_dir = str(Layout.at(cfg.output_root).run(cell.id, cell.method).path)
     # not checked here: a cell whose model is missing fails alone, with its own message
     cell.model_paths = {a: model_path(cfg, i, a, check=False) for i, a in enumerate(cell.agents)}
     cell.scale = str(cfg.scale.name)

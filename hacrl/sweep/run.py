@@ -20,10 +20,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hacrl.errors import check_writable
+from hacrl.layout import Layout, SweepDir
+from hacrl.mlflow_store import check_store, resolve_uri
 from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
 from hacrl.sweep.grid import SWEEP_DIR, Cell, Expansion, all_grids, expand, load_report_keys
 from hacrl.sweep.state import DEADLINE_S, cell_status, format_table, write_json
-from hacrl.tracking import Tracker, check_store, resolve_uri
+from hacrl.tracking import Tracker
 
 LOCAL_LAUNCHERS = ("LocalLauncher", "BasicLauncher")
 
@@ -86,7 +88,7 @@ class SweepRun:
     def execute(self) -> list[dict[str, Any]]:
         started = time.perf_counter()
         first = self.first = self.compose([])
-        output_root = Path(str(first.output_root)).expanduser().resolve()
+        output_root = Layout.at(first.output_root).root
         uri = resolve_uri(first.tracking.uri, output_root)
         check_store(uri)  # before the expansion (seconds): a fault is one quick line
         check_writable(output_root)
@@ -169,7 +171,7 @@ class SweepRun:
             elif row["status"] != "done" and outcome.get(cell.id) == "failed":
                 row["status"] = "failed"
             rows.append(row)
-        write_json(self.sweep_dir / "status.json", {"sweep": self.name, "rows": rows,
+        write_json(SweepDir(self.sweep_dir).status, {"sweep": self.name, "rows": rows,
                                                      "seconds": time.perf_counter() - started})
         print(format_table(rows), flush=True)
         return rows

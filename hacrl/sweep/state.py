@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.checkpoint import read_done
+from hacrl.layout import RunDir
+from hacrl.schema import tags as T
 from hacrl.schema.sweep_manifest import SweepManifest, read_manifest
 from hacrl.sweep.grid import Cell
 from hacrl.tracking import Tracker, process_alive
@@ -96,24 +98,22 @@ def artifacts_status(cell: Cell, tracker: Tracker) -> tuple[str, str]:
     if not cell.trains:
         ids = []
         for path in cell.model_paths.values():
-            runs = tracker.find_runs(f"tags.`hacrl.kind` = 'eval' and tags.`hacrl.model_path` = "
-                                     f"'{path}' and tags.scale = '{cell.scale}'")
+            runs = tracker.find_runs(T.where({T.KIND: T.EVAL, T.MODEL_PATH: path,
+                                              T.SCALE: cell.scale}))
             if not runs or not _evaluated(tracker, runs[0].info.run_id, cell):
                 return "absent", ""
             ids.append(runs[0].info.run_id)
         return "done", ",".join(ids)
-    run_dir = Path(cell.run_dir)
-    teams = sorted(run_dir.glob("team-*"))
-    if not teams or not all(read_done(t / "DONE.json") is not None for t in teams):
+    teams = RunDir(Path(cell.run_dir)).teams()
+    if not teams or not all(read_done(t.done) is not None for t in teams):
         return "absent", ""
-    runs = tracker.find_runs(f"tags.config_hash = '{cell.id}' and tags.`hacrl.kind` = 'job' "
-                             "and attributes.status = 'FINISHED'")
+    runs = tracker.find_runs(T.where({T.CONFIG_HASH: cell.id, T.KIND: T.JOB}, "FINISHED"))
     if not runs:
         return "trained", ""
     job = runs[0].info.run_id
     if cell.cost:
         return "done", job
-    children = tracker.find_runs(f"tags.`mlflow.parentRunId` = '{job}'")
+    children = tracker.find_runs(T.where({T.PARENT: job}))
     if len(children) >= len(cell.agents) and all(_evaluated(tracker, ch.info.run_id, cell)
                                                   for ch in children):
         return "done", job
