@@ -48,20 +48,41 @@ def local_twin(overrides: list[str]) -> list[str]:
     return [o for o in overrides if not o.lstrip("+~").startswith("engine")] + ["engine=local"]
 
 
+Samples = dict[tuple[str, str], list[dict[str, float]]]  # (method, engine|local) -> per step
+
+
 def step_cost(overrides: list[str], repeats: int = 3) -> int:
     """Print one step's phases for gspo_x2 and hacpo; for an engine other than local, also the
     same cell on the local engine, measured side by side, and the ratio engine / local."""
-    base = ["validation.every=0", "eval.at_end=false", *overrides]
     try:
-        specs = {("gspo_x2", "engine"): validate(compose(["method=gspo_x2", *base])),
-                 ("hacpo", "engine"): validate(compose(["method=hacpo", *base]))}
-        engine = str(specs["hacpo", "engine"].cfg.engine.name)
-        if engine != "local":
-            for method in ("gspo_x2", "hacpo"):
-                specs[method, "local"] = validate(compose([f"method={method}", *local_twin(base)]))
+        specs = _specs(overrides)
     except ConfigError as err:
         print(f"hacrl: config error: {err}", file=sys.stderr)
         return 2
+    hacpo = specs["hacpo", "engine"]
+    engine = str(hacpo.cfg.engine.name)
+    samples = _measure(specs, engine, repeats)
+    _print_methods(samples, hacpo, engine, repeats)
+    if engine != "local":
+        _print_engine_overhead(samples, engine, repeats)
+    return 0
+
+
+def _specs(overrides: list[str]) -> dict[tuple[str, str], JobSpec]:
+    """(method, "engine") for gspo_x2 and hacpo; for an engine other than local, also
+    (method, "local"), the same cells on the local engine. Raises ConfigError."""
+    base = ["validation.every=0", "eval.at_end=false", *overrides]
+    specs = {("gspo_x2", "engine"): validate(compose(["method=gspo_x2", *base])),
+             ("hacpo", "engine"): validate(compose(["method=hacpo", *base]))}
+    engine = str(specs["hacpo", "engine"].cfg.engine.name)
+    if engine != "local":
+        for method in ("gspo_x2", "hacpo"):
+            specs[method, "local"] = validate(compose([f"method={method}", *local_twin(base)]))
+    return specs
+
+
+def _measure(specs: dict[tuple[str, str], JobSpec], engine: str, repeats: int) -> Samples:
+    """Each spec's phase seconds of steps 2 .. repeats + 1, the specs stepped in turn."""
     hacpo = specs["hacpo", "engine"]
     if hacpo.cfg.engine.get("threads"):
         torch.set_num_threads(int(hacpo.cfg.engine.threads))
@@ -73,7 +94,7 @@ def step_cost(overrides: list[str], repeats: int = 3) -> int:
         engines = sum(len(spec.agents) for (_, which), spec in specs.items() if which == "engine")
         cluster = VerlCluster.get(hacpo.cfg, engines)
     runs = {key: _loops(spec) for key, spec in specs.items()}
-    samples: dict[tuple[str, str], list[dict[str, float]]] = {key: [] for key in runs}
+    samples: Samples = {key: [] for key in runs}
     try:
         for step in range(1, repeats + 2):  # step 1 warms up and is dropped
             for key, loops in runs.items():  # alternating: the machine's noise hits all alike
@@ -87,10 +108,20 @@ def step_cost(overrides: list[str], repeats: int = 3) -> int:
                     agent.engine.close()
         if cluster is not None:
             cluster.release()
+    return samples
 
-    def median(method: str, phase: str | None = None, which: str = "engine") -> float:
-        return statistics.median(sum(s.values()) if phase is None else s[phase]
-                                 for s in samples[method, which])
+
+def _median(samples: Samples, method: str, phase: str | None = None,
+            which: str = "engine") -> float:
+    """Median seconds of one phase (None: the whole step) of `method` on the engine or local."""
+    return statistics.median(sum(s.values()) if phase is None else s[phase]
+                             for s in samples[method, which])
+
+
+def _print_methods(samples: Samples, hacpo: JobSpec, engine: str, repeats: int) -> None:
+    """The phase table of gspo_x2 and hacpo, R and T, and the cost ratio against its ideal."""
+    def median(method: str, phase: str | None = None) -> float:
+        return _median(samples, method, phase)
 
     agents = ", ".join(a.name for a in hacpo.agents)
     device = f", device={hacpo.cfg.engine.device}" if engine != "local" else ""
@@ -110,14 +141,16 @@ def step_cost(overrides: list[str], repeats: int = 3) -> int:
           f"R/T = {rollout / training:.2f}")
     print(f"hacpo / gspo_x2 = {ratio:.3f}   ideal (R+T)/(2R+T) = {ideal:.3f}   "
           f"off by {100 * (ratio / ideal - 1):+.1f}%   (paper wall-clock: 0.82)")
-    if engine != "local":
-        print(f"\nengine overhead: the same cell on engine=local in this run, seconds "
-              f"(median of {repeats}), and {engine} / local:")
-        print(f"{'phase':<10}{'method':>9}{'local':>10}{engine:>10}{'ratio':>9}")
-        for method in ("gspo_x2", "hacpo"):
-            for row in (*PHASES, None):
-                ours, theirs = median(method, row, "local"), median(method, row)
-                name = row or "total"
-                print(f"{name:<10}{method:>9}{ours:>10.3f}{theirs:>10.3f}"
-                      f"{theirs / max(ours, 1e-9):>9.2f}")
-    return 0
+
+
+def _print_engine_overhead(samples: Samples, engine: str, repeats: int) -> None:
+    """Each phase on `engine` against the same cell on the local engine, and their ratio."""
+    print(f"\nengine overhead: the same cell on engine=local in this run, seconds "
+          f"(median of {repeats}), and {engine} / local:")
+    print(f"{'phase':<10}{'method':>9}{'local':>10}{engine:>10}{'ratio':>9}")
+    for method in ("gspo_x2", "hacpo"):
+        for row in (*PHASES, None):
+            ours, theirs = _median(samples, method, row, "local"), _median(samples, method, row)
+            name = row or "total"
+            print(f"{name:<10}{method:>9}{ours:>10.3f}{theirs:>10.3f}"
+                  f"{theirs / max(ours, 1e-9):>9.2f}")

@@ -23,7 +23,10 @@ from omegaconf import OmegaConf
 
 from hacrl.config import CONFIG_DIR, ConfigError
 from hacrl.engines.verl import ray_cluster as rc
-from hacrl.engines.verl.ray_cluster import Plan, SlurmAllocation, expand_nodelist, plan
+from hacrl.engines.verl import ray_nodes as rn
+from hacrl.engines.verl import ray_plan as rp
+from hacrl.engines.verl.ray_plan import Plan, plan
+from hacrl.engines.verl.slurm_allocation import SlurmAllocation, expand_nodelist
 from hacrl.sweep.slurm import render_sbatch
 
 CFG: dict[str, Any] = {"address": None, "port": 6379, "temp_dir": None}
@@ -105,13 +108,13 @@ def test_a_garbled_integer_variable_names_itself() -> None:
 # -- start commands --------------------------------------------------------------------------
 
 def test_head_command_on_the_first_host() -> None:
-    assert rc.ray_start_commands(_alloc(0), 6380, "/tmp/r") == [
+    assert rp.ray_start_commands(_alloc(0), 6380, "/tmp/r") == [
         "ray", "start", "--block", "--disable-usage-stats", "--head", "--port=6380",
         "--num-gpus=8", "--num-cpus=64", "--temp-dir=/tmp/r"]
 
 
 def test_worker_command_joins_the_head() -> None:
-    argv = rc.ray_start_commands(_alloc(1, gpus=None, cpus=None), 6379, num_gpus=4)
+    argv = rp.ray_start_commands(_alloc(1, gpus=None, cpus=None), 6379, num_gpus=4)
     assert argv == ["ray", "start", "--block", "--disable-usage-stats", "--address=gpu01:6379",
                     "--num-gpus=4"]
 
@@ -141,7 +144,7 @@ def test_one_node_job_on_a_second_node_is_refused() -> None:
 def test_multi_node_rank_zero_is_the_head() -> None:
     p = plan({**CFG, "port": 6400, "temp_dir": "/scratch/ray"}, 2, 8, _alloc(0))
     assert (p.role, p.address, p.nnodes, p.hosts) == ("head", "gpu01:6400", 2, ("gpu01", "gpu02"))
-    assert p.start == tuple(rc.ray_start_commands(_alloc(0), 6400, "/scratch/ray"))
+    assert p.start == tuple(rp.ray_start_commands(_alloc(0), 6400, "/scratch/ray"))
 
 
 def test_multi_node_other_ranks_are_workers() -> None:
@@ -181,11 +184,11 @@ def test_zero_nodes_is_refused() -> None:
 
 def test_ray_address_from_the_environment_joins_unless_the_job_is_the_cluster() -> None:
     env = {"RAY_ADDRESS": "10.0.0.1:6379"}
-    assert rc.plan_from_env(CFG, 1, 8, env) == Plan("join", "10.0.0.1:6379", 1)
+    assert rp.plan_from_env(CFG, 1, 8, env) == Plan("join", "10.0.0.1:6379", 1)
     # inherited from the submitting shell: this allocation's nodes are the cluster
-    assert rc.plan_from_env(CFG, 2, 8, {**_slurm_env(), **env}).role == "head"
+    assert rp.plan_from_env(CFG, 2, 8, {**_slurm_env(), **env}).role == "head"
     # the config's address wins over the environment's
-    assert rc.plan_from_env({**CFG, "address": "auto"}, 1, 8, env).address == "auto"
+    assert rp.plan_from_env({**CFG, "address": "auto"}, 1, 8, env).address == "auto"
 
 
 def test_plan_accepts_the_composed_engine_ray_node() -> None:
@@ -199,7 +202,7 @@ def test_plan_accepts_the_composed_engine_ray_node() -> None:
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in (("HEAD_START_S", 10.0), ("NODES_WAIT_S", 0.3), ("HEAD_WAIT_S", 10.0),
                         ("HEAD_GONE_S", 0.3), ("POLL_S", 0.05), ("STOP_S", 5.0)):
-        monkeypatch.setattr(rc, name, value)
+        monkeypatch.setattr(rn, name, value)
 
 
 @pytest.fixture
@@ -223,29 +226,29 @@ def test_worker_serves_until_the_head_port_closes(fast: None, head_port: socket.
              start=_python("import time; time.sleep(60)"))
     threading.Timer(0.3, head_port.close).start()
     started = time.monotonic()
-    assert rc.serve_as_worker(p) != 0          # the stand-in was stopped, not finished
+    assert rn.serve_as_worker(p) != 0          # the stand-in was stopped, not finished
     assert time.monotonic() - started < 5
 
 
 def test_worker_returns_when_its_ray_start_ends(fast: None, head_port: socket.socket) -> None:
     p = Plan("worker", f"127.0.0.1:{_port(head_port)}", 2, start=_python("raise SystemExit(3)"))
-    assert rc.serve_as_worker(p) == 3
+    assert rn.serve_as_worker(p) == 3
 
 
 def test_worker_without_a_head_gives_up(fast: None, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(rc, "HEAD_WAIT_S", 0.2)
+    monkeypatch.setattr(rn, "HEAD_WAIT_S", 0.2)
     server = socket.create_server(("127.0.0.1", 0))
     port = _port(server)
     server.close()
     p = Plan("worker", f"127.0.0.1:{port}", 2, start=_python("raise SystemExit(0)"))
-    assert rc.serve_as_worker(p) == 1
+    assert rn.serve_as_worker(p) == 1
     assert "no Ray head at" in capsys.readouterr().err
 
 
 def test_connect_on_a_worker_node_serves_and_never_returns_an_address(
         fast: None, head_port: socket.socket, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rc, "ray_start_commands",
+    monkeypatch.setattr(rp, "ray_start_commands",
                         lambda *a, **k: list(_python("raise SystemExit(0)")))
     env = _slurm_env(SLURM_JOB_NODELIST="127.0.0.1,gpu02", SLURM_NODEID="1")
     with pytest.raises(rc.WorkerNodeFinished, match="exit code 0"):
@@ -263,7 +266,7 @@ def _fake_head(monkeypatch: pytest.MonkeyPatch) -> int:
     probe = socket.create_server(("127.0.0.1", 0))
     port = _port(probe)
     probe.close()
-    monkeypatch.setattr(rc, "ray_start_commands",
+    monkeypatch.setattr(rp, "ray_start_commands",
                         lambda *a, **k: [sys.executable, "-c", _FAKE_HEAD, str(port)])
     return port
 
@@ -281,8 +284,8 @@ def test_connect_on_the_head_waits_for_the_nodes_and_sets_ray_address(
         assert rc.connect({**CFG, "port": port}, 2, 8, {}) == f"127.0.0.1:{port}"
         assert len(seen) == 1
     finally:
-        rc.shutdown()
-    assert not rc._port_open("127.0.0.1", port)
+        rn.shutdown()
+    assert not rn._port_open("127.0.0.1", port)
 
 
 def test_connect_stops_its_head_when_nodes_do_not_come(
@@ -293,18 +296,18 @@ def test_connect_stops_its_head_when_nodes_do_not_come(
     monkeypatch.setattr(rc, "wait_for_nodes",
                         lambda address, n, hosts: real_wait(address, n, hosts, lambda: only_head))
     env = _slurm_env(SLURM_JOB_NODELIST="127.0.0.1,ghost[07]")
-    with pytest.raises(rc.RayClusterError, match=r"1 of 2 nodes alive.*missing: ghost07\."):
+    with pytest.raises(rn.RayClusterError, match=r"1 of 2 nodes alive.*missing: ghost07\."):
         rc.connect({**CFG, "port": port}, 2, 8, env)
-    assert rc._head is None and not rc._port_open("127.0.0.1", port)
+    assert rn._head is None and not rn._port_open("127.0.0.1", port)
     assert "RAY_ADDRESS" not in env
 
 
 def test_a_head_that_dies_at_start_is_one_clear_error(fast: None,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     p = Plan("head", "127.0.0.1:1", 2, start=_python("raise SystemExit(5)"))
-    with pytest.raises(rc.RayClusterError, match=r"did not open port 1 .*exit code 5"):
-        rc.start_head(p)
-    assert rc._head is None
+    with pytest.raises(rn.RayClusterError, match=r"did not open port 1 .*exit code 5"):
+        rn.start_head(p)
+    assert rn._head is None
 
 
 def test_connect_local_and_misconfigured() -> None:
@@ -318,7 +321,7 @@ def test_missing_hosts_match_short_names_and_addresses() -> None:
     alive = [{"NodeManagerHostname": "gpu01.cluster.org", "NodeManagerAddress": "10.0.0.1"},
              {"NodeManagerHostname": "localhost", "NodeManagerAddress": "10.0.0.3"}]
     ips = {"gpu03": "10.0.0.3"}
-    assert rc.missing_hosts(["gpu01", "gpu02", "gpu03"], alive, ips.get) == ["gpu02"]
+    assert rn.missing_hosts(["gpu01", "gpu02", "gpu03"], alive, ips.get) == ["gpu02"]
 
 
 # -- the sbatch script of a two-node verl job ------------------------------------------------
@@ -365,8 +368,8 @@ def test_one_auth_mode_for_the_whole_job(tmp_path: Path) -> None:
 def test_a_real_one_node_ray_head(fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
     ray = pytest.importorskip("ray", reason="Ray is not installed in this environment "
                                             "(pip install -e '.[verl]'); the real head needs it")
-    monkeypatch.setattr(rc, "HEAD_START_S", 60.0)
-    monkeypatch.setattr(rc, "NODES_WAIT_S", 60.0)
+    monkeypatch.setattr(rn, "HEAD_START_S", 60.0)
+    monkeypatch.setattr(rn, "NODES_WAIT_S", 60.0)
     host = socket.gethostname()
     probe = socket.create_server(("", 0))
     port = _port(probe)
@@ -380,17 +383,17 @@ def test_a_real_one_node_ray_head(fast: None, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("RAY_AUTH_MODE", "")
     rc.use_auth_mode(rc.auth_mode({k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}))
     try:
-        rc.start_head(p)
-        rc.wait_for_nodes(p.address, 1, p.hosts)
-        monkeypatch.setattr(rc, "NODES_WAIT_S", 0.0)
-        with pytest.raises(rc.RayClusterError, match=r"1 of 2 nodes alive.*missing: ghost-node\."):
-            rc.wait_for_nodes(p.address, 2, p.hosts)
+        rn.start_head(p)
+        rn.wait_for_nodes(p.address, 1, p.hosts)
+        monkeypatch.setattr(rn, "NODES_WAIT_S", 0.0)
+        with pytest.raises(rn.RayClusterError, match=r"1 of 2 nodes alive.*missing: ghost-node\."):
+            rn.wait_for_nodes(p.address, 2, p.hosts)
         ray.init(address=p.address, log_to_driver=False)
         try:
             assert len([node for node in ray.nodes() if node["Alive"]]) == 1
         finally:
             ray.shutdown()
     finally:
-        rc.shutdown()
+        rn.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
-    assert not rc._port_open(host, port)
+    assert not rn._port_open(host, port)

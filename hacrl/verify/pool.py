@@ -83,6 +83,34 @@ class _Worker:
         self.conn.close()
 
 
+class _Batch:
+    """One `run`: its tasks, the items not yet dispatched, the outcomes so far."""
+
+    def __init__(self, tasks: Sequence[Task], timeout_s: float) -> None:
+        self.tasks = tasks
+        self.timeout_s = timeout_s
+        # The worker's own SIGALRM fires a little before the hard kill, so pure-Python runaways
+        # end without the cost of a restart.
+        self.soft_s = max(timeout_s * 0.8, timeout_s - 0.5)
+        self.queue = deque(range(len(tasks)))
+        self.results: list[Outcome | None] = [None] * len(tasks)
+        self.start_failures = 0  # consecutive failed worker starts
+
+    def finish(self, w: _Worker, outcome: Outcome) -> None:
+        assert w.task is not None
+        self.results[w.task] = outcome
+        w.task = None
+
+    def give_up(self, error: str) -> None:
+        """Score every item not yet dispatched 0 with `error`."""
+        while self.queue:
+            self.results[self.queue.popleft()] = Outcome(False, False, error)
+        self.start_failures = 0
+
+    def outcomes(self) -> list[Outcome]:
+        return [r if r is not None else Outcome(False, False, "lost") for r in self.results]
+
+
 _live_pools: weakref.WeakSet[GradingPool] = weakref.WeakSet()
 
 
@@ -166,82 +194,81 @@ class GradingPool:
 
     def _run(self, tasks: Sequence[Task], timeout_s: float) -> list[Outcome]:
         self._ensure_workers()
-        results: list[Outcome | None] = [None] * len(tasks)
-        queue = deque(range(len(tasks)))
-        # The worker's own SIGALRM fires a little before the hard kill, so pure-Python runaways
-        # end without the cost of a restart.
-        soft_s = max(timeout_s * 0.8, timeout_s - 0.5)
-        start_failures = 0
-
-        def finish(w: _Worker, outcome: Outcome) -> None:
-            assert w.task is not None
-            results[w.task] = outcome
-            w.task = None
-
-        while queue or any(w.task is not None for w in self._workers):
-            for w in [w for w in self._workers if w.task is None and not w.alive()]:
-                # Died while idle (killed from outside, or failed to start): no item is lost.
-                start_failures += 0 if w.ready else 1
-                self._replace(w)
+        batch = _Batch(tasks, timeout_s)
+        while batch.queue or any(w.task is not None for w in self._workers):
+            self._replace_idle_dead(batch)
             now = time.monotonic()
-            for w in self._workers:
-                if w.ready and w.task is None and queue:
-                    i = queue.popleft()
-                    kind, payload = tasks[i]
-                    w.task, w.dispatched, w.deadline = i, now, now + timeout_s
-                    try:
-                        w.conn.send((i, kind, payload, soft_s))
-                    except OSError:
-                        pass  # its death shows up as EOF below
-
-            # Sleep until the next result, death or deadline (item, or start-up of a new worker).
-            waits = [w.deadline for w in self._workers if w.task is not None]
-            waits += [w.started + START_TIMEOUT_S for w in self._workers if not w.ready]
-            pause = max(0.0, min(waits, default=now + 1.0) - time.monotonic())
-            ready = set(wait([w.conn for w in self._workers], pause))
-
+            self._dispatch(batch, now)
+            ready = self._wait_for_news(now)
             now = time.monotonic()
             for w in list(self._workers):
-                dead = False
-                if w.conn in ready:
-                    # A dead worker's end closes, so death shows up here as EOF (after any
-                    # reply it managed to send, which still counts).
-                    try:
-                        msg = w.conn.recv()
-                    except (EOFError, OSError):
-                        dead = True
-                    else:
-                        if msg[0] == "ready":
-                            w.ready, start_failures = True, 0
-                        elif w.task is not None and msg[0] == w.task:
-                            _, value, timed_out, error = msg
-                            finish(w, Outcome(bool(value), bool(timed_out), error,
-                                              now - w.dispatched))
-                if dead:
-                    if w.task is not None:
-                        self.stats["deaths"] += 1
-                        finish(w, Outcome(False, False, "grading worker died",
-                                          now - w.dispatched))
-                    elif not w.ready:
-                        start_failures += 1
-                    self._replace(w)
-                elif w.task is not None and now >= w.deadline:
-                    finish(w, Outcome(False, True, "timeout", now - w.dispatched))
-                    self._replace(w)
-                elif not w.ready and now >= w.started + START_TIMEOUT_S:
-                    start_failures += 1
-                    self._replace(w)
-
-            if start_failures >= MAX_START_FAILURES and not any(w.ready for w in self._workers):
+                self._settle(w, w.conn in ready, now, batch)
+            if batch.start_failures >= MAX_START_FAILURES and not any(w.ready for w in self._workers):
                 # Workers cannot start here (broken install?): score what is left 0, do not hang.
-                while queue:
-                    results[queue.popleft()] = Outcome(False, False, "grading workers failed to start")
-                start_failures = 0
-
-        out = [r if r is not None else Outcome(False, False, "lost") for r in results]
+                batch.give_up("grading workers failed to start")
+        out = batch.outcomes()
         self._count(out)
         self.last_outcomes = out
         return out
+
+    def _replace_idle_dead(self, batch: _Batch) -> None:
+        """Replace workers that died while idle (killed from outside, or failed to start): no
+        item is lost."""
+        for w in [w for w in self._workers if w.task is None and not w.alive()]:
+            batch.start_failures += 0 if w.ready else 1
+            self._replace(w)
+
+    def _dispatch(self, batch: _Batch, now: float) -> None:
+        """Hand the next queued items to the ready, idle workers; their deadlines start `now`."""
+        for w in self._workers:
+            if w.ready and w.task is None and batch.queue:
+                i = batch.queue.popleft()
+                kind, payload = batch.tasks[i]
+                w.task, w.dispatched, w.deadline = i, now, now + batch.timeout_s
+                try:
+                    w.conn.send((i, kind, payload, batch.soft_s))
+                except OSError:
+                    pass  # its death shows up as EOF in `_settle`
+
+    def _wait_for_news(self, now: float) -> set[Any]:
+        """Sleep until the next result, death or deadline (item, or start-up of a new worker);
+        the connections that have something to read."""
+        waits = [w.deadline for w in self._workers if w.task is not None]
+        waits += [w.started + START_TIMEOUT_S for w in self._workers if not w.ready]
+        pause = max(0.0, min(waits, default=now + 1.0) - time.monotonic())
+        return set(wait([w.conn for w in self._workers], pause))
+
+    def _settle(self, w: _Worker, readable: bool, now: float, batch: _Batch) -> None:
+        """Read `w`'s message if it has one; finish its item on a result, death or overrun, and
+        replace it when it died, overran, or did not start in time."""
+        dead = False
+        if readable:
+            # A dead worker's end closes, so death shows up here as EOF (after any
+            # reply it managed to send, which still counts).
+            try:
+                msg = w.conn.recv()
+            except (EOFError, OSError):
+                dead = True
+            else:
+                if msg[0] == "ready":
+                    w.ready, batch.start_failures = True, 0
+                elif w.task is not None and msg[0] == w.task:
+                    _, value, timed_out, error = msg
+                    batch.finish(w, Outcome(bool(value), bool(timed_out), error,
+                                            now - w.dispatched))
+        if dead:
+            if w.task is not None:
+                self.stats["deaths"] += 1
+                batch.finish(w, Outcome(False, False, "grading worker died", now - w.dispatched))
+            elif not w.ready:
+                batch.start_failures += 1
+            self._replace(w)
+        elif w.task is not None and now >= w.deadline:
+            batch.finish(w, Outcome(False, True, "timeout", now - w.dispatched))
+            self._replace(w)
+        elif not w.ready and now >= w.started + START_TIMEOUT_S:
+            batch.start_failures += 1
+            self._replace(w)
 
     def _count(self, outcomes: list[Outcome]) -> None:
         self.stats["items"] += len(outcomes)

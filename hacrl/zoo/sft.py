@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -160,9 +160,33 @@ def sft_train(
     pad = tokenizer.pad_token_id
     assert isinstance(pad, int)
     gen = torch.Generator().manual_seed(cfg.seed)
+    opt = _optimizer(model, cfg)
+    batches = _batches(examples, cfg.batch_size, gen)
+    probing = _Probing(cfg, probe, max_new)
+    loss_value, step = float("nan"), 0
+    model.train()
+    while step < cfg.max_steps:
+        loss_value = _train_step(model, opt, _collate(next(batches), pad), _lr_at(cfg, step))
+        step += 1
+        if probing.due(step) and probing.reached(model, tokenizer, step):
+            break
+    model.eval()
+    return SFTResult(
+        step,
+        probing.accuracy,
+        probing.reached_target,
+        time.perf_counter() - t0,
+        loss_value,
+        probing.seconds,
+        probing.history,
+    )
+
+
+def _optimizer(model: PreTrainedModel, cfg: SFTConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices (ndim >= 2) only."""
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
+    return torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": cfg.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
@@ -171,46 +195,82 @@ def sft_train(
         betas=(0.9, 0.98),
     )
 
-    def lr_at(step: int) -> float:  # linear warmup, then cosine to 10 % at max_steps
-        if step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        frac = (step - cfg.warmup_steps) / max(cfg.max_steps - cfg.warmup_steps, 1)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
-    history: list[tuple[int, float]] = []
+def _lr_at(cfg: SFTConfig, step: int) -> float:
+    """Linear warmup, then cosine to 10 % at max_steps."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = (step - cfg.warmup_steps) / max(cfg.max_steps - cfg.warmup_steps, 1)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def _batches(
+    examples: Sequence[tuple[list[int], list[int]]], batch_size: int, gen: torch.Generator
+) -> Iterator[list[tuple[list[int], list[int]]]]:
+    """Batches in a random order drawn from ``gen``, endlessly: a new permutation whenever the
+    rest of the current one is shorter than a batch."""
     order = torch.randperm(len(examples), generator=gen)
-    cursor, loss_value, step = 0, float("nan"), 0
-    acc: float | None = None
-    reached = False
-    eval_seconds = 0.0
-    next_eval = 2 * cfg.eval_every
-    model.train()
-    while step < cfg.max_steps:
-        if cursor + cfg.batch_size > len(order):
+    cursor = 0
+    while True:
+        if cursor + batch_size > len(order):
             order, cursor = torch.randperm(len(examples), generator=gen), 0
-        batch = [examples[int(i)] for i in order[cursor : cursor + cfg.batch_size]]
-        cursor += cfg.batch_size
-        ids, mask, labels = _collate(batch, pad)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss_value = float(loss.detach())
-        step += 1
-        if cfg.target_accuracy is not None and probe and step >= next_eval:
-            t_eval = time.perf_counter()
-            acc = probe_accuracy(model, tokenizer, probe, max_new)
-            eval_seconds += time.perf_counter() - t_eval
-            history.append((step, acc))
-            if acc >= cfg.target_accuracy:
-                reached = True
-                break
-            near = acc >= 0.5 * cfg.target_accuracy
-            next_eval = step + (cfg.eval_every if near else 2 * cfg.eval_every)
-    model.eval()
-    return SFTResult(
-        step, acc, reached, time.perf_counter() - t0, loss_value, eval_seconds, history
-    )
+        yield [examples[int(i)] for i in order[cursor : cursor + batch_size]]
+        cursor += batch_size
+
+
+def _train_step(
+    model: PreTrainedModel,
+    opt: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    lr: float,
+) -> float:
+    """One optimizer step (gradients clipped to norm 1) at ``lr``; the batch's loss."""
+    ids, mask, labels = batch
+    for group in opt.param_groups:
+        group["lr"] = lr
+    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
+
+
+class _Probing:
+    """When to probe greedy accuracy during SFT, and what the probes found.
+
+    Probing runs only with a target accuracy and probe problems: first at step 2 * eval_every,
+    then every eval_every steps once accuracy is at least half the target (2 * eval_every
+    before that).
+    """
+
+    def __init__(self, cfg: SFTConfig, problems: Sequence[Problem], max_new_tokens: int) -> None:
+        self.target = cfg.target_accuracy
+        self.eval_every = cfg.eval_every
+        self.problems = problems
+        self.max_new_tokens = max_new_tokens
+        self.next_eval = 2 * cfg.eval_every
+        self.accuracy: float | None = None
+        self.reached_target = False
+        self.seconds = 0.0
+        self.history: list[tuple[int, float]] = []
+
+    def due(self, step: int) -> bool:
+        return self.target is not None and bool(self.problems) and step >= self.next_eval
+
+    def reached(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, step: int
+    ) -> bool:
+        """Probe now; True once the target is reached (training stops)."""
+        assert self.target is not None
+        t_eval = time.perf_counter()
+        acc = probe_accuracy(model, tokenizer, self.problems, self.max_new_tokens)
+        self.seconds += time.perf_counter() - t_eval
+        self.accuracy = acc
+        self.history.append((step, acc))
+        if acc >= self.target:
+            self.reached_target = True
+            return True
+        near = acc >= 0.5 * self.target
+        self.next_eval = step + (self.eval_every if near else 2 * self.eval_every)
+        return False

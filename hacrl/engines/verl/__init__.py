@@ -8,7 +8,9 @@ that need it import it inside functions. The parts:
 - `workers`: verl worker subclasses that number mini-batches (update index m) for the loss.
 - `config`: our Hydra config -> verl's trainer config, validated by verl's dataclasses.
 - `data`: MATH train split -> verl's RL parquet schema.
-- `ray_cluster`: Ray inside a SLURM allocation.
+- `ray_cluster`: Ray inside a SLURM allocation (`connect`); `ray_plan` decides this
+  process's part, `ray_nodes` runs the `ray start` processes, `slurm_allocation` reads
+  SLURM's variables.
 - `engine`: `VerlEngine`, the adapter behind `hacrl.engines.base.Engine`.
 """
 
@@ -58,7 +60,8 @@ def before_job(cfg: Any) -> dict[str, Any] | None:
     the head's cluster until it ends, and train nothing (no runs, no run directory)."""
     import os
 
-    from hacrl.engines.verl.ray_cluster import plan_from_env, serve_as_worker
+    from hacrl.engines.verl.ray_nodes import serve_as_worker
+    from hacrl.engines.verl.ray_plan import plan_from_env
 
     e = cfg.engine
     plan = plan_from_env(e.ray, int(e.nnodes), int(e.gpus_per_node), os.environ)

@@ -166,6 +166,9 @@ def _unpinned_offload() -> None:
         transformer_impl.CPUOffloadPolicy = unpinned  # type: ignore[misc, assignment]
 
 
+# Long on purpose: the class subclasses verl's PlatformBase, which can only be imported here,
+# inside the function (this module runs inside `import verl`, see the module docstring), and it
+# is one flat list of one-line answers to verl's platform interface; split, it reads worse.
 def _register() -> None:
     from verl.plugin.platform.platform_base import PlatformBase
     from verl.plugin.platform.platform_manager import PlatformRegistry

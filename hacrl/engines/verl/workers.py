@@ -46,10 +46,14 @@ class UpdateNumbering:
 @functools.cache
 def worker_classes() -> tuple[type, type]:
     """(HacrlTrainingWorker, HacrlActorRolloutRefWorker)."""
-    from verl.single_controller.base.decorator import Dispatch as dispatch_modes
-    from verl.single_controller.base.decorator import register
+    training_worker = _training_worker_class()
+    return training_worker, _actor_rollout_ref_worker_class(training_worker)
+
+
+def _training_worker_class() -> type:
+    """HacrlTrainingWorker: verl's TrainingWorker that numbers the mini-batches of a call."""
     from verl.utils import tensordict_utils as tu
-    from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+    from verl.workers.engine_workers import TrainingWorker
 
     class HacrlTrainingWorker(TrainingWorker):  # type: ignore[misc, valid-type]
         numbering = UpdateNumbering()
@@ -68,10 +72,20 @@ def worker_classes() -> tuple[type, type]:
             self.numbering.number(data)
             return TrainingWorker.train_batch(self, data)
 
+    return HacrlTrainingWorker
+
+
+def _actor_rollout_ref_worker_class(training_worker: Any) -> type:
+    """HacrlActorRolloutRefWorker: verl's hybrid worker with `training_worker` as its actor and
+    the calls the driver makes on it (hf generation, HF weights, replica-rank offset)."""
+    from verl.single_controller.base.decorator import Dispatch as dispatch_modes
+    from verl.single_controller.base.decorator import register
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
     one_to_all: Any = getattr(dispatch_modes, "ONE_TO_ALL")  # noqa: B009 (registered at runtime)
 
     class HacrlActorRolloutRefWorker(ActorRolloutRefWorker):  # type: ignore[misc, valid-type]
-        actor_worker_cls = HacrlTrainingWorker
+        actor_worker_cls = training_worker
 
         @register(dispatch_mode=one_to_all)
         def init_model(self) -> None:
@@ -90,17 +104,7 @@ def worker_classes() -> tuple[type, type]:
             responses per prompt, sampled from the weights of the last `update_weights`.
             The seed (the driver's, per agent and weight version) makes rollouts reproducible
             and resumable; each rank offsets it by its rank."""
-            import torch
-
-            from hacrl.engines.base import SamplingParams
-
-            rows = [ids for ids in prompt_ids for _ in range(n)][self.rank::self.world_size]
-            if not rows:
-                return []
-            torch.manual_seed(seed * 1009 + self.rank)
-            rollout: Any = self.rollout  # an HFRollout (engine.rollout.name=hf)
-            gens = rollout.generate(rows, SamplingParams(**sampling), pad_id=pad_id, eos=eos)
-            return [(g.token_ids, g.finished) for g in gens]
+            return _generate_share(self, prompt_ids, n, sampling, seed, pad_id, eos)
 
         @register(dispatch_mode=one_to_all)
         def save_hf_weights(self, path: str) -> int:
@@ -108,25 +112,7 @@ def worker_classes() -> tuple[type, type]:
             the standalone vLLM replicas on CPU (`hacrl.engines.verl.vllm_cpu`), which reload
             them. Every rank takes part in the gathers, rank 0 writes (a temp name first:
             vLLM reads every *.safetensors). Returns the number of tensors written."""
-            import os
-
-            import torch
-            from safetensors.torch import save_file
-
-            assert self.actor is not None, "save_hf_weights needs the actor role"
-            params, _ = self.actor.engine.get_per_tensor_param()
-            keep = self.rank == 0
-            state = {}
-            for name, tensor in params:
-                if keep:
-                    state[name] = tensor.detach().to("cpu", copy=True).contiguous()
-            if keep:
-                os.makedirs(path, exist_ok=True)
-                tmp = os.path.join(path, "model.safetensors.partial")
-                save_file(state, tmp, metadata={"format": "pt"})
-                os.replace(tmp, os.path.join(path, "model.safetensors"))
-            torch.distributed.barrier()
-            return len(state)
+            return _save_full_weights(self, path)
 
         @register(dispatch_mode=one_to_all)
         def offset_replica_rank(self, offset: int) -> int:
@@ -141,7 +127,46 @@ def worker_classes() -> tuple[type, type]:
                 rollout.zmq_handle = handle.replace(f"-replica-{old}-", f"-replica-{old + offset}-")
             return int(rollout.replica_rank)
 
-    return HacrlTrainingWorker, HacrlActorRolloutRefWorker
+    return HacrlActorRolloutRefWorker
+
+
+def _generate_share(worker: Any, prompt_ids: list[list[int]], n: int, sampling: dict[str, Any],
+                    seed: int, pad_id: int, eos: int) -> list[tuple[list[int], bool]]:
+    """The body of `hf_generate` on `worker` (an HacrlActorRolloutRefWorker)."""
+    import torch
+
+    from hacrl.engines.base import SamplingParams
+
+    rows = [ids for ids in prompt_ids for _ in range(n)][worker.rank::worker.world_size]
+    if not rows:
+        return []
+    torch.manual_seed(seed * 1009 + worker.rank)
+    rollout: Any = worker.rollout  # an HFRollout (engine.rollout.name=hf)
+    gens = rollout.generate(rows, SamplingParams(**sampling), pad_id=pad_id, eos=eos)
+    return [(g.token_ids, g.finished) for g in gens]
+
+
+def _save_full_weights(worker: Any, path: str) -> int:
+    """The body of `save_hf_weights` on `worker` (an HacrlActorRolloutRefWorker)."""
+    import os
+
+    import torch
+    from safetensors.torch import save_file
+
+    assert worker.actor is not None, "save_hf_weights needs the actor role"
+    params, _ = worker.actor.engine.get_per_tensor_param()
+    keep = worker.rank == 0
+    state = {}
+    for name, tensor in params:
+        if keep:
+            state[name] = tensor.detach().to("cpu", copy=True).contiguous()
+    if keep:
+        os.makedirs(path, exist_ok=True)
+        tmp = os.path.join(path, "model.safetensors.partial")
+        save_file(state, tmp, metadata={"format": "pt"})
+        os.replace(tmp, os.path.join(path, "model.safetensors"))
+    torch.distributed.barrier()
+    return len(state)
 
 
 def offset_replica_class(base: type, offset: int) -> type:

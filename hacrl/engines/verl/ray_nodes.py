@@ -1,0 +1,250 @@
+"""The `ray start` processes of a Ray cluster over a SLURM allocation, and waiting for its nodes.
+
+Each `ray start` runs with `--block` as a child of the process that needs it, so stopping that
+child stops exactly that Ray node: `ray stop` would also end any other Ray of this user on the
+machine. `start_head` starts this node's head (`shutdown` stops it, also at exit),
+`serve_as_worker` is a worker node until the head goes away, `wait_for_nodes` blocks until the
+cluster has every node and otherwise names the hosts that never joined.
+
+Ray is imported inside functions only: hacrl installs and runs without it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hacrl.engines.verl.ray_plan import Plan
+
+# Waits, in seconds; module constants (read at call time) so tests can shorten them.
+HEAD_START_S = 180.0    # `ray start --head` until its port accepts connections
+NODES_WAIT_S = 600.0    # the head until every worker node has joined
+HEAD_WAIT_S = 900.0     # a worker node until the head's port opens (rank 0 may start late)
+HEAD_GONE_S = 60.0      # a worker node ends once the head's port has been closed this long
+POLL_S = 2.0
+STOP_S = 60.0           # a `ray start --block` child after SIGTERM, before SIGKILL
+
+NodeInfo = Mapping[str, Any]   # one entry of ray.nodes()
+
+
+class RayClusterError(RuntimeError):
+    """The Ray cluster did not come up as asked; the message names what is missing."""
+
+
+@dataclass
+class _Head:
+    process: subprocess.Popen[bytes]
+    address: str
+
+
+_head: _Head | None = None   # the head this process started (one per process at most)
+
+
+def running_head_address() -> str | None:
+    """The address of the Ray head this process started, while it runs; else None."""
+    if _head is not None and _head.process.poll() is None:
+        return _head.address
+    return None
+
+
+def _resolve(argv: Sequence[str]) -> list[str]:
+    """Run the `ray` of this interpreter's environment, whatever PATH says: the same Ray as the
+    training process, on every node."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    head = str(ray_bin) if argv[0] == "ray" and ray_bin.exists() else argv[0]
+    return [head, *argv[1:]]
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2.0):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_port(host: str, port: int, timeout_s: float,
+               alive: Callable[[], bool] = lambda: True) -> bool:
+    """Until host:port accepts connections (True), `timeout_s` passes or `alive()` turns False."""
+    deadline = time.monotonic() + timeout_s
+    while alive():
+        if _port_open(host, port):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(POLL_S, 0.5))
+    return False
+
+
+def start_head(p: Plan) -> subprocess.Popen[bytes]:
+    """Start this node's Ray head as a child process; return once its port accepts connections.
+
+    Its output goes to this task's log. `shutdown` (also run at exit) stops it, which is what
+    lets the worker nodes end.
+    """
+    global _head
+    process = _launch(p.start)
+    _head = _Head(process, p.address)
+    atexit.unregister(shutdown)   # registered once, however many heads this process starts
+    atexit.register(shutdown)
+    host, port = _split(p.address)
+    if not _wait_port(host, port, HEAD_START_S, alive=lambda: process.poll() is None):
+        rc = process.poll()
+        shutdown()
+        raise RayClusterError(
+            f"ray start --head on {host} did not open port {port} within {HEAD_START_S:.0f} s "
+            f"(exit code {rc}); its output is above in this log; check that the port is free "
+            f"(engine.ray.port) and engine.ray.temp_dir is writable and short")
+    return process
+
+
+def shutdown() -> None:
+    """Stop the Ray head this process started, if any: the worker nodes then see it gone."""
+    global _head
+    head, _head = _head, None
+    if head is not None:
+        _stop(head.process)
+
+
+def _launch(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Run a blocking `ray start` in a process group of its own, so `_stop` can find every
+    process of that Ray node (and only those) by the group's id."""
+    return subprocess.Popen(_resolve(argv), start_new_session=True)
+
+
+def _stop(process: subprocess.Popen[bytes], graceful: bool = True) -> None:
+    """SIGTERM a blocking `ray start` (it stops its node's Ray processes), SIGKILL if it hangs,
+    then SIGKILL what is left of its process group: agents whose raylet died with the head
+    gone outlive it otherwise. Not graceful: SIGKILL at once (a worker whose head is gone
+    would spend half a minute trying to tell the head it leaves)."""
+    if graceful and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def serve_as_worker(p: Plan) -> int:
+    """Be a Ray worker node of the head at `p.address` until the head goes away; then return.
+
+    Waits for the head's port first (rank 0 may still be starting), runs this node's blocking
+    `ray start`, and ends it once the head's port has been closed for HEAD_GONE_S: a worker
+    whose raylet exits cleanly would otherwise block until the time limit. Returns the exit
+    code of `ray start` (1 if the head never came); the caller returns normally, so the
+    submitit task ends 0 and the head's log is where a failure shows.
+    """
+    host, port = _split(p.address)
+    if not _wait_port(host, port, HEAD_WAIT_S):
+        print(f"hacrl: no Ray head at {p.address} after {HEAD_WAIT_S:.0f} s; this worker node "
+              f"ends (the head node's log says why)", file=sys.stderr, flush=True)
+        return 1
+    process = _launch(p.start)
+    head_gone = False
+    try:
+        head_gone = _serve_until_head_gone(process, host, port)
+    finally:
+        _stop(process, graceful=not head_gone)
+    return int(process.returncode)
+
+
+def _serve_until_head_gone(process: subprocess.Popen[bytes], host: str, port: int) -> bool:
+    """Until the worker's `ray start` exits (False) or the head's port stays closed for
+    HEAD_GONE_S (True)."""
+    last_seen = time.monotonic()
+    while process.poll() is None:
+        if _port_open(host, port):
+            last_seen = time.monotonic()
+        elif time.monotonic() - last_seen >= HEAD_GONE_S:
+            return True
+        time.sleep(POLL_S)
+    return False
+
+
+@contextmanager
+def _ray_nodes(address: str) -> Iterator[Callable[[], list[NodeInfo]]]:
+    """`ray.nodes` of the cluster at `address`, connected for the duration (left as found)."""
+    import ray
+
+    connected_here = not ray.is_initialized()
+    if connected_here:
+        ray.init(address=address, log_to_driver=False)
+    try:
+        yield ray.nodes
+    finally:
+        if connected_here:
+            ray.shutdown()
+
+
+def wait_for_nodes(address: str, nnodes: int, hosts: Sequence[str] = (),
+                   nodes: Callable[[], Sequence[NodeInfo]] | None = None) -> None:
+    """Block until the cluster at `address` has `nnodes` live nodes (NODES_WAIT_S at most).
+
+    `nodes` replaces `ray.nodes` (tests). The timeout error names the hosts of `hosts` that
+    never joined and what to check on them.
+    """
+    if nodes is not None:
+        _poll_nodes(address, nnodes, hosts, nodes)
+        return
+    with _ray_nodes(address) as ray_nodes:
+        _poll_nodes(address, nnodes, hosts, ray_nodes)
+
+
+def _poll_nodes(address: str, nnodes: int, hosts: Sequence[str],
+                nodes: Callable[[], Sequence[NodeInfo]]) -> None:
+    deadline = time.monotonic() + NODES_WAIT_S
+    while True:
+        alive = [node for node in nodes() if node.get("Alive")]
+        if len(alive) >= nnodes:
+            return
+        if time.monotonic() >= deadline:
+            raise RayClusterError(_missing_message(address, nnodes, hosts, alive))
+        time.sleep(POLL_S)
+
+
+def _ip(host: str) -> str | None:
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return None
+
+
+def missing_hosts(hosts: Sequence[str], alive: Sequence[NodeInfo],
+                  resolve: Callable[[str], str | None] = _ip) -> list[str]:
+    """The hosts with no live Ray node: matched by short hostname or by IP address."""
+    seen: set[str] = set()
+    for node in alive:
+        seen.add(str(node.get("NodeManagerHostname", "")).split(".")[0])
+        seen.add(str(node.get("NodeManagerAddress", "")))
+    return [host for host in hosts
+            if host.split(".")[0] not in seen and resolve(host) not in seen]
+
+
+def _missing_message(address: str, nnodes: int, hosts: Sequence[str],
+                     alive: Sequence[NodeInfo]) -> str:
+    missing = missing_hosts(hosts, alive) if hosts else []
+    which = ", ".join(missing) if missing else "unknown (a cluster hacrl did not start)"
+    return (f"Ray cluster at {address}: {len(alive)} of {nnodes} nodes alive after "
+            f"{NODES_WAIT_S:.0f} s; missing: {which}. Check each missing node's task log in the "
+            f"submitit folder (its `ray start` output), that it reaches {address} (firewall, "
+            f"engine.ray.port), and that it runs the same Python and Ray as the head")
