@@ -21,7 +21,6 @@ from hacrl.algo import METHODS, LossConfig, MethodSpec
 from hacrl.algo.registry import AdvantageEstimator, get_advantage, get_borrowed
 from hacrl.checkpoint import damaged_weights
 from hacrl.errors import ConfigError as ConfigError  # re-exported: callers import it here
-from hacrl.settings import method_settings
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -147,6 +146,8 @@ def model_path(cfg: DictConfig, index: int, name: str, check: bool = True) -> st
 
 def validate(cfg: DictConfig) -> JobSpec:
     """Check everything that can be checked before starting; return the job's spec."""
+    from hacrl.settings import method_settings  # imports the loop
+
     name = _get(cfg, "method.name")
     if name not in METHODS:
         raise ConfigError(f"method.name={name}: unknown method; registered: {', '.join(sorted(METHODS))}")

@@ -217,12 +217,16 @@ def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: i
             "clip/lower_bound": lower,
             **extra,
         }
+    return _declared(LossOutput(loss=loss, metrics=metrics, s_homo=s_own, s_hete=s_cross), cfg)
+
+
+def _declared(out: LossOutput, cfg: LossConfig) -> LossOutput:
+    """`out` with each metric's declared kind; a metric nobody declared is refused, not dropped."""
     kinds = loss_metrics(cfg)
-    if undeclared := sorted(set(metrics) - set(kinds)):
+    if undeclared := sorted(set(out.metrics) - set(kinds)):
         raise ValueError(f"borrowed objective {cfg.borrowed!r} reports undeclared metrics {undeclared}; "
                          "declare their kinds in register_borrowed(metrics=...)")
-    return LossOutput(loss=loss, metrics=metrics, s_homo=s_own, s_hete=s_cross,
-                      kinds={k: kinds[k] for k in metrics})
+    return replace(out, kinds={k: kinds[k] for k in out.metrics})
 
 
 def _borrowed_term(s: Tensor, batch: LossBatch, cfg: LossConfig, lower: float) -> BorrowedTerm:
