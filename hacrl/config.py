@@ -18,8 +18,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo import METHODS, LossConfig, MethodSpec
+from hacrl.algo.registry import AdvantageEstimator, get_advantage, get_borrowed
 from hacrl.checkpoint import damaged_weights
 from hacrl.errors import ConfigError as ConfigError  # re-exported: callers import it here
+from hacrl.settings import method_settings
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -145,10 +147,12 @@ def model_path(cfg: DictConfig, index: int, name: str, check: bool = True) -> st
 
 def validate(cfg: DictConfig) -> JobSpec:
     """Check everything that can be checked before starting; return the job's spec."""
+
     name = _get(cfg, "method.name")
     if name not in METHODS:
         raise ConfigError(f"method.name={name}: unknown method; registered: {', '.join(sorted(METHODS))}")
     method = METHODS[name]
+    estimator = _method_functions(method)
     agents = list(_get(cfg, "agents"))
     if not agents:
         raise ConfigError("agents=[]: give at least one agent, e.g. pair=size or agents=[qwen3-4b-base]")
@@ -168,13 +172,13 @@ def validate(cfg: DictConfig) -> JobSpec:
     if mb % method.minibatch_divisor:
         raise ConfigError(f"train.minibatch_prompts={mb}: method={name} divides it by "
                           f"{method.minibatch_divisor}; use a multiple of {method.minibatch_divisor}")
-    effective = mb // method.minibatch_divisor
+    effective = method.update_prompts(mb)
     if prompts % effective:
         raise ConfigError(f"train.minibatch_prompts={mb} (method={name}: {effective} per update) "
                           f"does not divide train.prompts_per_step={prompts}; pick a divisor of {prompts}")
-    if method.advantage == "group" and cfg.train.rollouts_per_prompt * method.rollout_multiplier < 2:
-        raise ConfigError(f"train.rollouts_per_prompt={cfg.train.rollouts_per_prompt}: a group-relative "
-                          "advantage needs >= 2 rollouts per prompt")
+    if method.group_size(cfg.train.rollouts_per_prompt) < estimator.min_group:
+        raise ConfigError(f"train.rollouts_per_prompt={cfg.train.rollouts_per_prompt}: the {method.advantage} "
+                          f"advantage needs >= {estimator.min_group} rollouts per prompt")
 
     alpha = float(_get(cfg, "algo.alpha"))
     if alpha < 0:
@@ -201,18 +205,24 @@ def validate(cfg: DictConfig) -> JobSpec:
         raise ConfigError(f"train.lr={cfg.train.lr}: must be > 0")
 
     specs = tuple(AgentSpec(a, model_path(cfg, i, a)) for i, a in enumerate(agents))
-    clip_low = cfg.algo.clip_low if cfg.algo.clip_low is not None else method.clip_low
-    clip_high = cfg.algo.clip_high if cfg.algo.clip_high is not None else method.clip_high
-    loss = LossConfig(ratio=method.ratio, loss_agg=method.loss_agg, clip_low=float(clip_low),
-                      clip_high=float(clip_high), alpha=alpha, delta=1.0 - lower,
-                      delta_step=float(cfg.algo.delta_step), stepwise=method.stepwise,
-                      cross_clip=method.cross_clip, kl_coef=float(cfg.algo.kl_coef))
+    loss = method_settings(cfg, method).loss
     _eval_check(cfg)
     _task_check(cfg)
     resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     assert isinstance(resolved, DictConfig)
     output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
     return JobSpec(resolved, method, specs, loss, output_root, config_hash(cfg))
+
+
+def _method_functions(method: MethodSpec) -> AdvantageEstimator:
+    """The registered functions `method` names (its advantage estimator is returned), or one
+    ConfigError naming the spec's key and the registered choices."""
+    for key, lookup in (("advantage", get_advantage), ("borrowed", get_borrowed)):
+        try:
+            lookup(getattr(method, key))
+        except KeyError as err:
+            raise ConfigError(f"method={method.name}: MethodSpec.{key}: {err.args[0]}") from None
+    return get_advantage(method.advantage)
 
 
 def _eval_check(cfg: DictConfig) -> None:

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -37,15 +38,16 @@ from tqdm import tqdm
 
 from hacrl import checkpoint, faults
 from hacrl.config import AgentSpec, JobSpec
-from hacrl.engines.base import EngineContext, SamplingParams, engine_hook, make_engine
+from hacrl.engines.base import EngineContext, engine_hook, make_engine
 from hacrl.errors import HacrlError, check_writable
 from hacrl.evaluation.greedy import greedy_accuracy
 from hacrl.evaluation.runner import evaluate_into_run
 from hacrl.layout import Layout, RunDir, TeamDir
-from hacrl.loop import Agent, LoopSettings, PromptSchedule, TeamLoop, seed_everything
+from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.mlflow_store import resolve_uri
 from hacrl.schema import metrics as M
 from hacrl.schema import tags as T
+from hacrl.settings import LoopSettings, method_settings
 from hacrl.tasks import grader, load_problems
 from hacrl.telemetry import peak_memory_metrics
 from hacrl.tracking import Tracker, flatten
@@ -75,28 +77,17 @@ def finished(team: TeamDir, steps: int) -> dict[str, Any] | None:
 
 
 def _settings(spec: JobSpec) -> LoopSettings:
-    c = spec.cfg
-    clamp = tuple(c.algo.omega_clamp) if c.algo.omega_clamp is not None else None
-    return LoopSettings(
-        prompts_per_step=c.train.prompts_per_step, minibatch_prompts=c.train.minibatch_prompts,
-        rollouts_per_prompt=c.train.rollouts_per_prompt,
-        sampling=SamplingParams(max_new_tokens=c.rollout.max_new_tokens,
-                                temperature=c.rollout.temperature, top_p=c.rollout.top_p),
-        loss=spec.loss, seed=c.seed, prompt_template=c.task.prompt_template,
-        overflow=c.rollout.overflow, sample_order=c.algo.sample_order,
-        capability_window=c.algo.capability_window, capability_floor=c.algo.capability_floor,
-        omega_clamp=(float(clamp[0]), float(clamp[1])) if clamp else None,
-        baseline_guard=c.algo.baseline_guard, zero_uniform_groups=c.algo.zero_uniform_groups)
+    """The loop's settings: `method_settings`, whose loss settings are `spec.loss`."""
+    return replace(method_settings(spec.cfg, spec.method), loss=spec.loss)
 
 
 def engine_context(spec: JobSpec, agent: AgentSpec, index: int, team_size: int,
                    root: Path) -> EngineContext:
     """What the engine of agent `index` of a team of `team_size` gets to know about the job."""
     c, method = spec.cfg, spec.method
-    group = int(c.train.rollouts_per_prompt) * method.rollout_multiplier
-    minibatch = int(c.train.minibatch_prompts) // method.minibatch_divisor
-    sources = team_size if method.borrowed != "none" else 1  # own rows + each partner's
-    rows = int(c.train.prompts_per_step) * group * sources
+    group = method.group_size(c.train.rollouts_per_prompt)
+    minibatch = method.update_prompts(c.train.minibatch_prompts)
+    rows = int(c.train.prompts_per_step) * group * method.row_sources(team_size)
     return EngineContext(cfg=c, agent_name=agent.name, agent_index=index, n_agents=team_size,
                          loss=spec.loss, group_size=group, minibatch_prompts=minibatch,
                          run_dir=root, updates_per_step=-(-rows // (minibatch * group)))
@@ -108,7 +99,7 @@ def _engine(spec: JobSpec, agent: AgentSpec, index: int, team_size: int, root: P
     return make_engine(c.engine.name, model_path=agent.path, lr=float(c.train.lr),
                        betas=tuple(c.train.betas), weight_decay=float(c.train.weight_decay),
                        grad_clip=float(c.train.grad_clip), device=c.engine.device,
-                       dtype=c.engine.dtype, reference=spec.loss.kl_coef > 0,
+                       dtype=c.engine.dtype, reference=context.loss.kl_coef > 0,
                        temperature=float(c.rollout.temperature),
                        micro_batch_rows=c.train.micro_batch_rows, chunk_rows=c.engine.chunk_rows,
                        context=context)

@@ -19,10 +19,18 @@ import torch
 from torch import Tensor
 
 from hacrl import algo
-from hacrl.algo import LossBatch, LossConfig, MethodSpec
+from hacrl.algo import AdvantageOptions, LossBatch, MethodSpec
+from hacrl.algo.metrics import combine_updates
 from hacrl.arith import Problem
-from hacrl.engines.base import Engine, MiniBatchLoss, SamplingParams
-from hacrl.rollout import TokenView, Trajectory, own_view, render_prompt_ids, retokenize
+from hacrl.engines.base import Engine, MiniBatchLoss
+from hacrl.rollout import (
+    TokenView,
+    Trajectory,
+    own_view,
+    render_prompt_ids,
+    retokenize,
+)
+from hacrl.settings import LoopSettings
 from hacrl.tasks import Grader
 from hacrl.telemetry import PhaseTimer
 
@@ -31,24 +39,6 @@ from hacrl.telemetry import PhaseTimer
 class Agent:
     name: str
     engine: Engine
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    prompts_per_step: int
-    minibatch_prompts: int  # before the method's divisor
-    rollouts_per_prompt: int  # G, before the method's multiplier
-    sampling: SamplingParams
-    loss: LossConfig
-    seed: int = 0
-    prompt_template: str = "{question}"
-    overflow: str = "truncate"
-    sample_order: str = "mixed"  # or "own_first"
-    capability_window: int = 5
-    capability_floor: float = 1e-2
-    omega_clamp: tuple[float, float] | None = None
-    baseline_guard: bool = False
-    zero_uniform_groups: bool = False
 
 
 @dataclass
@@ -104,8 +94,10 @@ class TeamLoop:
         self.schedule, self.grade = schedule, grade
         self.capability = algo.CapabilityWindow(len(agents), settings.capability_window,
                                                 settings.capability_floor)
-        self.group_size = settings.rollouts_per_prompt * method.rollout_multiplier
-        self.rows_per_update = settings.minibatch_prompts // method.minibatch_divisor * self.group_size
+        # the method's registered functions (KeyError naming the choices for an unknown name)
+        self.advantage, self.borrowed = method.advantage_estimator, method.borrowed_objective
+        self.group_size = method.group_size(settings.rollouts_per_prompt)
+        self.rows_per_update = method.update_prompts(settings.minibatch_prompts) * self.group_size
 
     # -- one step -------------------------------------------------------------------------------
     def step(self, step: int) -> StepResult:
@@ -155,7 +147,7 @@ class TeamLoop:
                 t.source_logprobs = lp.tolist()
         borrowed_views = self._borrowed_views(trajs, prompt_ids)
         borrowed_old: dict[tuple[int, int], list[Tensor]] = {}
-        if self.method.borrowed == "as_own":  # Naive: the target's own pre-update log-probs
+        if self.borrowed.as_own:  # Naive: the target's own pre-update log-probs
             for (k, j), views in borrowed_views.items():
                 with timers[k].phase("logprob"):
                     borrowed_old[(k, j)] = self.agents[k].engine.log_probs(views)
@@ -184,20 +176,14 @@ class TeamLoop:
         return StepResult(results, team)
 
     def _advantages(self, rewards: Tensor, capability: Tensor) -> Tensor:
-        s, kind = self.settings, self.method.advantage
-        if kind == "group":
-            return algo.broadcast_to_targets(algo.group_relative_advantages(rewards))
-        if kind == "pooled":
-            return algo.broadcast_to_targets(algo.pooled_advantages(rewards))
-        if kind == "capability":
-            return algo.capability_aware_advantages(
-                rewards, capability, omega_clamp=s.omega_clamp, baseline_guard=s.baseline_guard,
-                zero_uniform_groups=s.zero_uniform_groups)
-        raise ValueError(f"method {self.method.name}: unknown advantage {kind!r}")
+        """The method's registered estimator: [n, P, G] rewards -> [n_target, n_source, P, G]."""
+        s = self.settings
+        options = AdvantageOptions(s.omega_clamp, s.baseline_guard, s.zero_uniform_groups)
+        return self.advantage.fn(rewards, capability, options)
 
     def _borrowed_views(self, trajs: list[list[Trajectory]],
                         prompt_ids: list[list[list[int]]]) -> dict[tuple[int, int], list[TokenView]]:
-        if self.method.borrowed == "none":
+        if not self.borrowed.partners:
             return {}
         out = {}
         for k, agent in enumerate(self.agents):
@@ -230,7 +216,7 @@ class TeamLoop:
                 continue
             bviews = borrowed_views[(k, j)]
             views.extend(bviews)
-            if self.method.borrowed == "as_own":
+            if self.borrowed.as_own:
                 olds = borrowed_old[(k, j)]
                 means = [_mean(lp) for lp in olds]
             else:
@@ -241,7 +227,7 @@ class TeamLoop:
             adv.append(advantages[k, j].reshape(-1))
             weight = float(omega[j, k]) if self.method.omega_modulation else 1.0
             mod.append(torch.full((len(bviews),), weight))
-            cross.append(torch.full((len(bviews),), self.method.borrowed == "cross"))
+            cross.append(torch.full((len(bviews),), self.borrowed.term is not None))
             own.append(torch.zeros(len(bviews), dtype=torch.bool))
             if ref is not None:
                 ref.extend(torch.zeros(len(v.response_ids)) for v in bviews)
@@ -284,6 +270,7 @@ class TeamLoop:
         per_update: list[dict[str, float]] = []
         s_homo: list[Tensor] = []
         s_hete: list[Tensor] = []
+        kinds: dict[str, str] = {}
         updates = 0
         for m, start in enumerate(range(0, len(views), self.rows_per_update)):
             index = order[start:start + self.rows_per_update]
@@ -295,8 +282,9 @@ class TeamLoop:
                 s_homo.append(out.s_homo.cpu())
                 s_hete.append(out.s_hete.cpu())
             per_update.append(metrics)
+            kinds.update(loss_fn.kinds)
             updates += 1
-        result = combine_updates(per_update)
+        result = combine_updates(per_update, kinds)
         result["train/updates"] = float(updates)
         result.update(_stats("ratio/s_homo", s_homo))
         result.update(_stats("ratio/s_hete", s_hete))
@@ -309,31 +297,6 @@ class TeamLoop:
     def load_state_dict(self, state: dict) -> None:
         self.capability.load_state_dict(state["capability"])
         set_rng_state(state["rng"])
-
-
-def combine_updates(per_update: list[dict[str, float]]) -> dict[str, float]:
-    """One step's metrics from its updates' metrics: a key's mean over the updates that report
-    it; `*_min` / `*_max` the extreme; `<name>_sum` with `<name>_count` (statistics an engine
-    reports as sums, e.g. verl's ratio statistics) become `<name>_mean` over all rows."""
-    values: dict[str, list[float]] = {}
-    for metrics in per_update:
-        for key, value in metrics.items():
-            values.setdefault(key, []).append(value)
-    out: dict[str, float] = {}
-    for key, seen in values.items():
-        if key.endswith("_count"):
-            continue
-        if key.endswith("_sum") and f"{key[:-4]}_count" in values:
-            count = sum(values[f"{key[:-4]}_count"])
-            if count > 0:
-                out[f"{key[:-4]}_mean"] = sum(seen) / count
-        elif key.endswith("_min"):
-            out[key] = min(seen)
-        elif key.endswith("_max"):
-            out[key] = max(seen)
-        else:
-            out[key] = sum(seen) / len(seen)
-    return out
 
 
 def _mean(logp: Tensor) -> Tensor:
@@ -370,4 +333,5 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-__all__ = ["Agent", "LoopSettings", "PromptSchedule", "StepResult", "TeamLoop", "seed_everything"]
+__all__ = ["Agent", "PromptSchedule", "StepResult", "TeamLoop", "combine_updates",
+           "seed_everything"]

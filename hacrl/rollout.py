@@ -25,6 +25,16 @@ class ChatTokenizer(Protocol):
     def decode(self, token_ids: Any, **kwargs: Any) -> str: ...
 
 
+@dataclass(frozen=True)
+class SamplingParams:
+    """How responses are drawn (every engine's `generate` takes these)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+
+
 class RetokenizationOverflow(ValueError):
     """A borrowed response is longer than the target's response budget (overflow='error')."""
 

@@ -134,8 +134,8 @@ def main() -> int:
 
     from hacrl.algo import LossBatch
     from hacrl.config import compose, validate
-    from hacrl.engines.base import EngineContext, MiniBatchLoss, SamplingParams
-    from hacrl.rollout import TokenView
+    from hacrl.engines.base import EngineContext, MiniBatchLoss
+    from hacrl.rollout import SamplingParams, TokenView
 
     torch.set_num_threads(1)
     if WORK.exists():

@@ -14,17 +14,17 @@ import hacrl.algo
 import hacrl.engines.base
 from hacrl.algo import METHODS, LossConfig
 from hacrl.arith import load_split
-from hacrl.engines.base import Engine, SamplingParams
+from hacrl.engines.base import Engine
 from hacrl.engines.local import LocalEngine
 from hacrl.loop import (
     Agent,
-    LoopSettings,
     PromptSchedule,
     TeamLoop,
     prompt_messages,
     seed_everything,
 )
-from hacrl.rollout import eos_id, render_prompt_ids
+from hacrl.rollout import SamplingParams, eos_id, render_prompt_ids
+from hacrl.settings import LoopSettings
 
 QWEN, QWEN_SMALL, LLAMA = "qwen3-4b-base", "qwen3-1.7b-base", "llama3.2-1b-instruct"
 P, MB, G = 4, 2, 4

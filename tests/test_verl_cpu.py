@@ -26,9 +26,12 @@ pytest.importorskip("ray", reason="Ray comes with the [verl] extra")
 
 from hacrl.algo import LossBatch, LossConfig  # noqa: E402
 from hacrl.config import compose, validate  # noqa: E402
-from hacrl.engines.base import EngineContext, MiniBatchLoss, SamplingParams  # noqa: E402
+from hacrl.engines.base import EngineContext, MiniBatchLoss  # noqa: E402
 from hacrl.engines.local import LocalEngine  # noqa: E402
-from hacrl.rollout import TokenView  # noqa: E402
+from hacrl.rollout import (
+    SamplingParams,  # noqa: E402
+    TokenView,  # noqa: E402
+)
 
 AGENT = "qwen3-4b-base"
 TOL = 1e-5

@@ -9,12 +9,14 @@ from hacrl.algo.advantages import (
 )
 from hacrl.algo.capability import CapabilityWindow, omega_matrix, smoothed_capability
 from hacrl.algo.loss import (
+    LOSS_METRICS,
     SHARES,
     Denominators,
     LossBatch,
     LossConfig,
     LossOutput,
     aggregate,
+    loss_metrics,
     policy_loss,
 )
 from hacrl.algo.methods import METHODS, MethodSpec, get_method, register_method
@@ -31,8 +33,20 @@ from hacrl.algo.ratios import (
     sequence_log_ratio,
     token_log_ratio,
 )
+from hacrl.algo.registry import (
+    ADVANTAGES,
+    BORROWED,
+    AdvantageOptions,
+    BorrowedTerm,
+    get_advantage,
+    get_borrowed,
+    register_advantage,
+    register_borrowed,
+)
 
 __all__ = [
+    "ADVANTAGES", "BORROWED", "LOSS_METRICS", "AdvantageOptions", "BorrowedTerm", "get_advantage",
+    "get_borrowed", "loss_metrics", "register_advantage", "register_borrowed",
     "METHODS", "CapabilityWindow", "Denominators", "LossBatch", "LossConfig", "LossOutput", "MethodSpec",
     "SHARES", "aggregate", "borrowed_sample_loss", "broadcast_to_targets", "capability_aware_advantages",
     "capability_aware_baseline", "clipped_surrogate_loss", "exponential_is_weight",

@@ -12,19 +12,16 @@ borrowed rows of one mixed mini-batch share one mean.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from hacrl.algo.objectives import (
-    borrowed_sample_loss,
-    clipped_surrogate_loss,
-    low_variance_kl,
-    stepwise_lower_bound,
-)
+from hacrl.algo.metrics import ROW_MEAN, SHARE
+from hacrl.algo.objectives import clipped_surrogate_loss, low_variance_kl, stepwise_lower_bound
 from hacrl.algo.ratios import masked_mean, sequence_log_ratio, token_log_ratio
+from hacrl.algo.registry import BorrowedTerm, get_borrowed
 
 LOG_RATIO_BOUND = 20.0  # exp() stays finite even for wildly off-policy borrowed rows
 
@@ -90,11 +87,24 @@ class LossConfig:
     stepwise: bool = True
     cross_clip: bool = True
     kl_coef: float = 0.0
+    borrowed: str = "cross"  # the registered borrowed-sample objective whose term scores cross rows
 
 
-# metrics of `policy_loss` that are shares of the mini-batch value when computed with
-# `denominators` (add them over micro-batches); the others are row means (weight by rows)
-SHARES = ("loss/total", "loss/policy", "loss/kl")
+# The metrics `policy_loss` reports and their kinds (`hacrl.algo.metrics`): the loss values are
+# shares of the mini-batch value when computed with `denominators` (they add up over
+# micro-batches), the others row means. A borrowed objective declares its own extra metrics.
+LOSS_METRICS: dict[str, str] = {
+    "loss/total": SHARE, "loss/policy": SHARE, "loss/kl": SHARE,
+    "loss/own": ROW_MEAN, "loss/borrowed": ROW_MEAN, "clip/own_frac": ROW_MEAN,
+    "clip/borrowed_frac": ROW_MEAN, "clip/lower_bound": ROW_MEAN,
+}
+SHARES = tuple(k for k, kind in LOSS_METRICS.items() if kind == SHARE)
+
+
+def loss_metrics(cfg: LossConfig) -> dict[str, str]:
+    """Every metric `policy_loss` reports under `cfg`, with its kind (the one declaration that
+    engines aggregate by)."""
+    return {**LOSS_METRICS, **get_borrowed(cfg.borrowed).metrics}
 
 
 @dataclass
@@ -103,6 +113,7 @@ class LossOutput:
     metrics: dict[str, float]
     s_homo: Tensor  # [n_own] detached sequence ratios of own rows
     s_hete: Tensor  # [n_cross] detached sequence ratios of cross rows
+    kinds: dict[str, str] = field(default_factory=dict)  # each metric's kind (`loss_metrics`)
 
 
 @dataclass(frozen=True)
@@ -171,10 +182,10 @@ def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: i
     else:
         raise ValueError(f"unknown ratio {cfg.ratio!r}; use 'sequence' or 'token'")
 
-    # Cross-agent rows: HACPO's stepwise-clipped, exponentially weighted, omega-modulated term.
+    # Cross-agent rows: the borrowed objective's term (HACPO's stepwise-clipped, exponentially
+    # weighted, omega-modulated J_hete); computed for every row, used on cross rows.
     lower = stepwise_lower_bound(update_index, cfg.delta, cfg.delta_step, cfg.stepwise)
-    cross_loss, cross_outside = borrowed_sample_loss(
-        s, batch.advantages, batch.omega, alpha=cfg.alpha, lower=lower, clip=cfg.cross_clip)
+    cross_loss, cross_outside, extra = _borrowed_term(s, batch, cfg, lower)
 
     token_loss = torch.where(cross[:, None], cross_loss[:, None].expand_as(mask), own_token_loss)
     d = denominators
@@ -204,5 +215,26 @@ def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: i
             "clip/own_frac": float(own_clip_frac[own_like].mean()) if bool(own_like.any()) else 0.0,
             "clip/borrowed_frac": float(cross_outside[cross].float().mean()) if bool(cross.any()) else 0.0,
             "clip/lower_bound": lower,
+            **extra,
         }
-    return LossOutput(loss=loss, metrics=metrics, s_homo=s_own, s_hete=s_cross)
+    return _declared(LossOutput(loss=loss, metrics=metrics, s_homo=s_own, s_hete=s_cross), cfg)
+
+
+def _declared(out: LossOutput, cfg: LossConfig) -> LossOutput:
+    """`out` with each metric's declared kind; a metric nobody declared is refused, not dropped."""
+    kinds = loss_metrics(cfg)
+    if undeclared := sorted(set(out.metrics) - set(kinds)):
+        raise ValueError(f"borrowed objective {cfg.borrowed!r} reports undeclared metrics {undeclared}; "
+                         "declare their kinds in register_borrowed(metrics=...)")
+    return replace(out, kinds={k: kinds[k] for k in out.metrics})
+
+
+def _borrowed_term(s: Tensor, batch: LossBatch, cfg: LossConfig, lower: float) -> BorrowedTerm:
+    """The term of `cfg.borrowed` for all rows; an objective without one has no cross rows."""
+    term = get_borrowed(cfg.borrowed).term
+    if term is not None:
+        return term(s, batch, cfg, lower)
+    if bool(batch.cross.any()):
+        raise ValueError(f"rows are flagged cross, but borrowed objective {cfg.borrowed!r} has "
+                         "no cross-agent term")
+    return BorrowedTerm(torch.zeros_like(s), torch.zeros_like(batch.cross))

@@ -1,13 +1,39 @@
-"""Method registry: each method is a set of switches over the same core functions.
+"""The method registry, and the functions methods are made of (docs/ADDING_A_METHOD.md).
 
-Adding a method is adding one `register_method(MethodSpec(...))` entry. Numeric parameters
-(alpha, delta, delta_step, clip ranges, K, omega clamp, KL coefficient, sample order) come from
-the config; a method only says which mechanisms are on and how rollouts / updates are sized.
+A method is one `MethodSpec`: the advantage estimator and borrowed-sample objective it uses
+(registered by name: `register_advantage`, `register_borrowed`, `hacrl.algo.registry`) plus
+its switches. Numeric parameters (alpha, delta, delta_step, clip ranges, K, omega clamp, KL
+coefficient, sample order) come from the config; `hacrl.settings.method_settings` derives the
+loop's and the loss's settings from a spec and a config, in one place.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+from hacrl.algo.advantages import (
+    broadcast_to_targets,
+    capability_aware_advantages,
+    group_relative_advantages,
+    pooled_advantages,
+)
+from hacrl.algo.objectives import borrowed_sample_loss
+from hacrl.algo.registry import (
+    AdvantageEstimator,
+    AdvantageOptions,
+    BorrowedObjective,
+    BorrowedTerm,
+    get_advantage,
+    get_borrowed,
+    register_advantage,
+    register_borrowed,
+)
+
+if TYPE_CHECKING:
+    from hacrl.algo.loss import LossBatch, LossConfig
 
 
 @dataclass(frozen=True)
@@ -17,8 +43,9 @@ class MethodSpec:
     shares_rollouts: multi-agent (needs >= 2 agents); False trains each agent alone (n = 1).
     ratio: own-sample ratio, "sequence" (GSPO) or "token" (GRPO).
     loss_agg: how per-token losses are reduced (verl's names).
-    advantage: "group" (per agent, GRPO/GSPO), "pooled" (one group of n*G), "capability" (HACPO).
-    borrowed: how other agents' samples enter: "none", "as_own" (Naive), "cross" (HACPO).
+    advantage: a registered advantage estimator: "group" (per agent, GRPO/GSPO), "pooled"
+        (one group of n*G), "capability" (HACPO).
+    borrowed: a registered borrowed-sample objective: "none", "as_own" (Naive), "cross" (HACPO).
     omega_modulation: multiply borrowed advantages by omega^(j,k) (HACPO step 3).
     stepwise: lower clip bound tightens with the update index m (HACPO step 6).
     cross_clip: clip borrowed ratios to [lower_m, 1] at all.
@@ -44,6 +71,28 @@ class MethodSpec:
     clip_high: float = 4e-4
     trains: bool = True
 
+    @property
+    def advantage_estimator(self) -> AdvantageEstimator:
+        """The registered estimator `advantage` names (KeyError naming the choices)."""
+        return get_advantage(self.advantage)
+
+    @property
+    def borrowed_objective(self) -> BorrowedObjective:
+        """The registered objective `borrowed` names (KeyError naming the choices)."""
+        return get_borrowed(self.borrowed)
+
+    def group_size(self, rollouts_per_prompt: int) -> int:
+        """G of this method: the config's rollouts per prompt times the multiplier."""
+        return int(rollouts_per_prompt) * self.rollout_multiplier
+
+    def update_prompts(self, minibatch_prompts: int) -> int:
+        """Prompts per optimizer update: the config's mini-batch over the divisor."""
+        return int(minibatch_prompts) // self.minibatch_divisor
+
+    def row_sources(self, team_size: int) -> int:
+        """Whose samples a target trains on: its own, plus each partner's when they enter."""
+        return team_size if self.borrowed_objective.partners else 1
+
 
 METHODS: dict[str, MethodSpec] = {}
 
@@ -62,6 +111,51 @@ def get_method(name: str) -> MethodSpec:
     except KeyError:
         raise KeyError(f"unknown method {name!r}; registered: {', '.join(sorted(METHODS))}") from None
 
+
+# -- advantage estimators: rewards [n, P, G], capability [n] -> A [n_target, n_source, P, G] --
+
+@register_advantage("group", min_group=2)
+def group_advantage(rewards: Tensor, capability: Tensor, options: AdvantageOptions) -> Tensor:
+    """GRPO/GSPO: A = (R - mean) / (std + eps) within each agent's own G samples of a prompt;
+    the same for every target (a single agent is its own only target)."""
+    return broadcast_to_targets(group_relative_advantages(rewards))
+
+
+@register_advantage("pooled")
+def pooled_advantage(rewards: Tensor, capability: Tensor, options: AdvantageOptions) -> Tensor:
+    """Naive sharing and HACPO without the capability-aware baseline: one group-relative
+    advantage over all n*G samples of a prompt, the same for every target."""
+    return broadcast_to_targets(pooled_advantages(rewards))
+
+
+@register_advantage("capability")
+def capability_advantage(rewards: Tensor, capability: Tensor, options: AdvantageOptions) -> Tensor:
+    """HACPO step 2: A^(k)(y) = (R(y) - mu^(k)(x)) / std(all n*G rewards of x), with
+    mu^(k)(x) = 1/(nG) sum_j sum_i omega^(k,j) R(y_i^(j))  (the paper's mu_t^(k))."""
+    return capability_aware_advantages(
+        rewards, capability, omega_clamp=options.omega_clamp,
+        baseline_guard=options.baseline_guard, zero_uniform_groups=options.zero_uniform_groups)
+
+
+# -- borrowed-sample objectives: how a partner's samples enter a target's loss -----------------
+
+register_borrowed("none", partners=False)(None)  # single-agent methods: partners' samples never enter
+register_borrowed("as_own")(None)  # Naive: scored as if the target had sampled them (own clip, own old log-probs)
+
+
+@register_borrowed("cross")
+def hacpo_borrowed_term(s: Tensor, rows: LossBatch, cfg: LossConfig, lower: float) -> BorrowedTerm:
+    """HACPO's J_hete (steps 3, 5, 6): -clip(s, lower_m, 1) * sg(s)^alpha * omega^(j,k) * A^(k)(y^(j)).
+
+    s: [B] s^(k,j) against the source's rollout policy; rows.advantages, rows.omega: [B].
+    `cfg.cross_clip=False` drops the clip (the no-clip ablation).
+    """
+    loss, outside = borrowed_sample_loss(s, rows.advantages, rows.omega, alpha=cfg.alpha,
+                                         lower=lower, clip=cfg.cross_clip)
+    return BorrowedTerm(loss, outside)
+
+
+# -- methods -----------------------------------------------------------------------------------
 
 register_method(MethodSpec("base", "the model before RL: evaluation only", trains=False))
 register_method(MethodSpec("grpo", "GRPO: token ratio, group-relative advantage", ratio="token",

@@ -18,7 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from hacrl.algo import Denominators, LossBatch, LossConfig, LossOutput, policy_loss
-from hacrl.rollout import ChatTokenizer, TokenView
+from hacrl.rollout import ChatTokenizer, SamplingParams, TokenView
 
 
 @dataclass
@@ -27,19 +27,23 @@ class MiniBatchLoss:
 
     In-process engines call it: loss(logp, rows, denominators=None); with the denominators of
     the whole mini-batch the result is one micro-batch's exact share of the mini-batch loss.
-    Engines whose workers compute the loss elsewhere (verl) ship `config` and `update_index`
-    instead, and the same `policy_loss` runs there. `outputs` collects what was computed here.
+    Engines whose workers compute the loss elsewhere (verl) run the same `policy_loss` there
+    with the config they were built with (`EngineContext.loss`, which must be `config`) and
+    ship `update_index`. `outputs` collects what was computed here; `kinds`, each reported
+    metric's kind (`hacrl.algo.metrics`), by which the loop combines a step's updates.
     """
 
     config: LossConfig
     update_index: int
     outputs: list[LossOutput] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, logp: Tensor, rows: LossBatch,
                  denominators: Denominators | None = None) -> LossOutput:
         out = policy_loss(logp, rows, self.config, update_index=self.update_index,
                           denominators=denominators)
         self.outputs.append(out)
+        self.kinds.update(out.kinds)
         return out
 
 
@@ -66,14 +70,6 @@ class Generation:
 
     token_ids: list[int]
     finished: bool
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    max_new_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    greedy: bool = False
 
 
 class Engine(ABC):

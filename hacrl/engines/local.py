@@ -15,11 +15,12 @@ from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from hacrl.algo import SHARES, Denominators, LossBatch
+from hacrl.algo import Denominators, LossBatch
+from hacrl.algo.metrics import add_micro_batch
 from hacrl.checkpoint import safe_torch_load
-from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams, register_engine
+from hacrl.engines.base import Engine, Generation, MiniBatchLoss, register_engine
 from hacrl.engines.sampling import hf_sample
-from hacrl.rollout import TokenView, eos_id
+from hacrl.rollout import SamplingParams, TokenView, eos_id
 from hacrl.telemetry import peak_memory_metrics
 
 hf_logging.disable_progress_bar()  # per-load bars would bury the training progress bar
@@ -126,9 +127,8 @@ class LocalEngine(Engine):
                                            micro.response_mask.shape[1])
             out = loss_fn(logp, micro, denominators=shares)
             out.loss.backward()
-            for key, value in out.metrics.items():  # shares add up; row means are row-weighted
-                part = value if key in SHARES else value * len(index) / rows
-                totals[key] = totals.get(key, 0.0) + part
+            # by each metric's declared kind: shares add up, row means are row-weighted
+            add_micro_batch(totals, out.metrics, out.kinds, len(index), rows)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()

@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from hacrl.engines.base import Generation, SamplingParams
+from hacrl.engines.base import Generation
+from hacrl.rollout import SamplingParams
 
 
 @torch.no_grad()

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hacrl.arith import Problem
-from hacrl.engines.base import Engine, SamplingParams
-from hacrl.rollout import render_prompt_ids
+from hacrl.engines.base import Engine
+from hacrl.rollout import SamplingParams, render_prompt_ids
 from hacrl.tasks import Grader
 
 

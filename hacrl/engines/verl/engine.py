@@ -34,8 +34,9 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor
 
-from hacrl.algo import Denominators, LossBatch
-from hacrl.engines.base import Engine, Generation, MiniBatchLoss, SamplingParams
+from hacrl.algo import Denominators, LossBatch, LossConfig
+from hacrl.algo.metrics import MAX, MIN, ROW_MEAN
+from hacrl.engines.base import Engine, Generation, MiniBatchLoss
 from hacrl.engines.verl import batch as vb
 from hacrl.engines.verl.parquet import source_name, write_parquet
 from hacrl.engines.verl.translate import (
@@ -49,14 +50,12 @@ from hacrl.engines.verl.translate import (
 from hacrl.engines.verl.worker_loss import (
     DENOMINATORS,
     ROWS,
-    SUMMED,
     UPDATE_INDEX,
-    WEIGHTED,
     loss_callable,
+    reported_metrics,
 )
-from hacrl.rollout import TokenView, eos_id
+from hacrl.rollout import SamplingParams, TokenView, eos_id
 
-OUR_PREFIXES = ("loss/", "clip/", "ratio/")
 CPU_VLLM_REPLICAS = 1  # engine.device=cpu, rollout.name=vllm: standalone vLLM replicas per agent
 
 
@@ -197,7 +196,8 @@ class VerlEngine(Engine):
             ray_cls_with_init=workers_cls, device_name="cpu" if self.cluster.on_cpu else "cuda",
             worker_env=dict(self.cluster.worker_env)))
         self.workers.init_model()
-        self.workers.set_loss_fn(loss_callable(context.loss))
+        self.loss_config: LossConfig | None = None
+        self._use_loss(context.loss)
         self.world_size = int(self.workers.world_size)
         if self.rollout != "hf":
             self._start_rollout(pool)
@@ -333,6 +333,7 @@ class VerlEngine(Engine):
                         loss_fn: MiniBatchLoss) -> dict[str, float]:
         from verl.utils import tensordict_utils as tu
 
+        self._use_loss(loss_fn.config)
         width = max(1, max(len(v.response_ids) for v in views))
         sizes = Denominators.of(batch)
         rows, fields = vb.pad_rows(list(views), vb.loss_fields(batch, width), self.row_multiple)
@@ -345,12 +346,21 @@ class VerlEngine(Engine):
                 "temperature": self.temperature}
         result = self.workers.update_actor(vb.to_tensordict(rows, self._pad_id, fields, meta))
         self.version += 1
-        metrics = actor_metrics(tu.get(result, "metrics"))
+        metrics = actor_metrics(tu.get(result, "metrics"), self.metric_kinds)
+        loss_fn.kinds.update({k: v for k, v in self.metric_kinds.items() if k in metrics})
         for key in ("allocated", "reserved"):
             value = metrics.get(f"verl/actor/perf/max_memory_{key}_gb")
             if value is not None:
                 self.peak_gb[key] = max(self.peak_gb.get(key, 0.0), value)
         return metrics
+
+    def _use_loss(self, config: LossConfig) -> None:
+        """The workers train with `config` (installed once; again only if the loop hands a
+        different one): the loss is what the loop's `MiniBatchLoss` says, as in the local engine,
+        never a stale copy. The metrics' kinds come with it."""
+        if config != self.loss_config:
+            self.workers.set_loss_fn(loss_callable(config))
+            self.loss_config, self.metric_kinds = config, reported_metrics(config)
 
     def memory_metrics(self) -> dict[str, float]:
         """Peak GPU memory of the actor workers (torch's allocated / reserved, from verl's
@@ -481,30 +491,28 @@ def row_multiple(config: Any, world_size: int) -> int:
     return world_size * math.lcm(*(int(s) for s in sizes if s))
 
 
-def actor_metrics(raw: dict[str, Any]) -> dict[str, float]:
+def actor_metrics(raw: dict[str, Any], kinds: dict[str, str] | None = None) -> dict[str, float]:
     """verl's update metrics in the local engine's names; verl's own under `verl/actor/`.
 
-    Our loss values arrive as sums of micro-batch shares (the mini-batch's values), the other
-    loss metrics as sums of value x rows next to the row count (row-weighted means, as the
-    local engine reports them); ratio statistics as sum / count / min / max, which the
-    loop combines over a step's updates (`hacrl.loop.combine_updates`)."""
+    Ours are the metrics the loss callable reports (`kinds`, by default those of HACPO's loss:
+    `worker_loss.reported_metrics`), read by their declared kind: SHARE sums of micro-batch
+    shares are the mini-batch's values; ROW_MEAN sums of value x rows are divided by the row
+    count (row-weighted means, as the local engine reports them); SUM / COUNT / MIN / MAX stay
+    for the loop to combine over a step's updates (`hacrl.algo.metrics.combine_updates`), an
+    infinite extreme (no such rows) left out."""
+    kinds = reported_metrics(LossConfig()) if kinds is None else kinds
     flat = {k: _mean(v) for k, v in raw.items()}
     rows = flat.pop(ROWS, 0.0)
     out: dict[str, float] = {}
-    for key in SUMMED:
-        total = flat.pop(key, None)
-        if total is not None:
-            out[key] = total
-    for key in WEIGHTED:
-        total = flat.pop(key, None)
-        if total is not None and rows > 0:
-            out[key] = total / rows
     for key, value in flat.items():
-        if key == "grad_norm" or key.startswith(OUR_PREFIXES):
-            if not (key.endswith(("_min", "_max")) and math.isinf(value)):
-                out[key] = value
-        else:
-            out[f"verl/actor/{key}"] = value
+        kind = kinds.get(key)
+        if kind is None:
+            out[key if key == "grad_norm" else f"verl/actor/{key}"] = value
+        elif kind == ROW_MEAN:
+            if rows > 0:
+                out[key] = value / rows
+        elif not (kind in (MIN, MAX) and math.isinf(value)):
+            out[key] = value
     return out
 
 

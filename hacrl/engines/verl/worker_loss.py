@@ -22,16 +22,28 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hacrl.algo import SHARES, Denominators, LossConfig, LossOutput, policy_loss
+from hacrl.algo import LOSS_METRICS, Denominators, LossConfig, LossOutput, loss_metrics, policy_loss
+from hacrl.algo.metrics import COUNT, MAX, MIN, ROW_MEAN, SHARE, SUM
 from hacrl.engines.verl.batch import loss_batch, response_logprobs
 
 UPDATE_INDEX = "hacrl_update_index"
 DENOMINATORS = "hacrl_denominators"
 ROWS = "hacrl/rows"
-# the metrics `policy_loss` reports: shares of the mini-batch value (summed over micro-batches
-# and ranks), and row means (row-weighted)
-SUMMED = SHARES
-WEIGHTED = ("loss/own", "loss/borrowed", "clip/own_frac", "clip/borrowed_frac", "clip/lower_bound")
+# `policy_loss`'s own metrics by kind (derived from its declaration, `hacrl.algo.LOSS_METRICS`)
+SUMMED = tuple(k for k, kind in LOSS_METRICS.items() if kind == SHARE)
+WEIGHTED = tuple(k for k, kind in LOSS_METRICS.items() if kind == ROW_MEAN)
+# the sequence-ratio statistics this callable adds (from `LossOutput.s_homo` / `s_hete`)
+RATIO_STATS = {f"ratio/{name}_{stat}": kind for name in ("s_homo", "s_hete")
+               for stat, kind in (("sum", SUM), ("count", COUNT), ("min", MIN), ("max", MAX))}
+# verl's aggregation of each kind, over micro-batches and (SUM: averaged) over ranks
+_VERL_AGGREGATION = {SHARE: "SUM", ROW_MEAN: "SUM", SUM: "SUM", COUNT: "SUM", MIN: "MIN", MAX: "MAX"}
+
+
+def reported_metrics(loss_config: LossConfig) -> dict[str, str]:
+    """Every metric the callable reports under `loss_config`, with its kind: `policy_loss`'s
+    (`hacrl.algo.loss_metrics`) and the ratio statistics. `engine.actor_metrics` reads verl's
+    aggregates by these kinds."""
+    return {**loss_metrics(loss_config), **RATIO_STATS}
 
 
 def hacrl_loss_output(model_logp: Tensor, data: Any,
@@ -71,9 +83,10 @@ def hacrl_loss(config: Any = None, model_output: dict[str, Tensor] | None = None
     dp_group=); bind `loss_config` with functools.partial. `config` (verl's actor config) is
     not needed: the objective is `loss_config`.
 
-    Loss metrics are shares of the mini-batch value (SUM over micro-batches and ranks is the
-    mini-batch's); the row means are reported as a SUM of value x real rows next to
-    `hacrl/rows`, and `engine.actor_metrics` divides (row-weighted, like the local engine)."""
+    Each metric goes to verl by its declared kind (`reported_metrics`): a SHARE of the
+    mini-batch value as a SUM (over micro-batches and ranks it is the mini-batch's); a ROW_MEAN
+    as a SUM of value x real rows next to `hacrl/rows`, which `engine.actor_metrics` divides
+    by (row-weighted, like the local engine); SUM / COUNT as SUMs, MIN / MAX as such."""
     from verl.utils import tensordict_utils as tu
     from verl.utils.metric import AggregationType, Metric
 
@@ -81,28 +94,33 @@ def hacrl_loss(config: Any = None, model_output: dict[str, Tensor] | None = None
         raise TypeError("hacrl_loss needs model_output and data")
     out, real_rows = hacrl_loss_output(model_output["log_probs"], data, loss_config)
     dp_size = int(tu.get_non_tensor_data(data, "dp_size", 1) or 1)
+    values = {**out.metrics, **_ratio_stats(out)}
     metrics: dict[str, Any] = {ROWS: Metric(value=float(real_rows), aggregation=AggregationType.SUM)}
-    # This micro-batch's share; summed over micro-batches and ranks it is the mini-batch's value.
-    # verl sums a SUM metric over micro-batches but averages it over data-parallel ranks
-    # (`Metric.aggregate_dp`, verl/utils/metric/utils.py:151-154), hence x dp_size, as the loss.
-    for key in SUMMED:
-        metrics[key] = Metric(value=float(out.metrics.get(key, 0.0)) * dp_size,
-                              aggregation=AggregationType.SUM)
-    for key in WEIGHTED:  # every rank reports every key, with weight 0 when it had no rows
-        value = out.metrics.get(key, 0.0)
-        metrics[key] = Metric(value=float(value) * real_rows, aggregation=AggregationType.SUM)
-    # Every rank reports every key (verl aggregates per key across ranks): sums and counts give
-    # the mean over all rows, and +-inf marks "no such rows here" for min and max.
-    for name, ratios in (("s_homo", out.s_homo), ("s_hete", out.s_hete)):
-        empty = ratios.numel() == 0
-        metrics[f"ratio/{name}_sum"] = Metric(value=float(ratios.sum()), aggregation=AggregationType.SUM)
-        metrics[f"ratio/{name}_count"] = Metric(value=float(ratios.numel()),
-                                                aggregation=AggregationType.SUM)
-        metrics[f"ratio/{name}_min"] = Metric(value=math.inf if empty else float(ratios.min()),
-                                              aggregation=AggregationType.MIN)
-        metrics[f"ratio/{name}_max"] = Metric(value=-math.inf if empty else float(ratios.max()),
-                                              aggregation=AggregationType.MAX)
+    # Every rank reports every key (verl aggregates per key across ranks): a key without a value
+    # here (no rows of its kind) counts 0, and +-inf for min and max ("no such rows here").
+    for key, kind in reported_metrics(loss_config).items():
+        value = float(values.get(key, {MIN: math.inf, MAX: -math.inf}.get(kind, 0.0)))
+        if kind == SHARE:
+            # verl sums a SUM metric over micro-batches but averages it over data-parallel ranks
+            # (`Metric.aggregate_dp`, verl/utils/metric/utils.py:151-154), hence x dp_size, as
+            # the loss. (SUM / COUNT and ROW_MEAN / rows are averaged alike: ratios stay exact.)
+            value *= dp_size
+        elif kind == ROW_MEAN:
+            value *= real_rows
+        metrics[key] = Metric(value=value, aggregation=AggregationType[_VERL_AGGREGATION[kind]])
     return out.loss * dp_size, metrics
+
+
+def _ratio_stats(out: LossOutput) -> dict[str, float]:
+    """Sum, count, min and max of the own and cross rows' sequence ratios (RATIO_STATS)."""
+    stats: dict[str, float] = {}
+    for name, ratios in (("s_homo", out.s_homo), ("s_hete", out.s_hete)):
+        stats[f"ratio/{name}_sum"] = float(ratios.sum())
+        stats[f"ratio/{name}_count"] = float(ratios.numel())
+        if ratios.numel():
+            stats[f"ratio/{name}_min"] = float(ratios.min())
+            stats[f"ratio/{name}_max"] = float(ratios.max())
+    return stats
 
 
 def loss_callable(loss_config: LossConfig) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
@@ -111,4 +129,5 @@ def loss_callable(loss_config: LossConfig) -> Callable[..., tuple[Tensor, dict[s
     return functools.partial(hacrl_loss, config=None, loss_config=loss_config)
 
 
-__all__ = ["DENOMINATORS", "loss_callable", "ROWS", "SUMMED", "UPDATE_INDEX", "WEIGHTED", "hacrl_loss", "hacrl_loss_output"]
+__all__ = ["DENOMINATORS", "RATIO_STATS", "ROWS", "SUMMED", "UPDATE_INDEX", "WEIGHTED", "hacrl_loss",
+           "hacrl_loss_output", "loss_callable", "reported_metrics"]
