@@ -16,7 +16,7 @@ import sys
 import torch
 
 from hacrl.config import ConfigError, JobSpec, compose, validate
-from hacrl.job import _engine, _settings, job_dir
+from hacrl.job import agent_engine, job_dir, loop_settings
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.tasks import grader, load_problems
 
@@ -27,8 +27,8 @@ def _loops(spec: JobSpec) -> list[TeamLoop]:
     c = spec.cfg
     schedule = PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step, c.seed)
     root = job_dir(spec)
-    return [TeamLoop([Agent(a.name, _engine(spec, a, i, len(team), root.team(t).path))
-                      for i, a in enumerate(team)], spec.method, _settings(spec), schedule, grader(c))
+    return [TeamLoop([Agent(a.name, agent_engine(spec, a, i, len(team), root.team(t).path))
+                      for i, a in enumerate(team)], spec.method, loop_settings(spec), schedule, grader(c))
             for t, team in enumerate(spec.teams)]
 
 

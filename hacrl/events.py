@@ -7,7 +7,8 @@ the progress bar), so a new consumer of training is a new listener, not an edit 
 
 Order at every step t: `StepDone(t)`, then `ValidationDue(t)` when due, then
 `CheckpointDue(t)` when due (the step's metrics are in before anything can fail after them).
-`ValidationDue(0)` comes first on a fresh start; `Finished` after the last step; `Failed`
+`ValidationDue(0)` comes first on a fresh start, then `TrainingStarts` (the step it starts
+after); `Finished` after the last step; `Failed`
 when a step or a listener raised (the error is then raised on).
 """
 
@@ -18,6 +19,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hacrl.loop import StepResult
+
+
+@dataclass(frozen=True)
+class TrainingStarts:
+    step: int  # the last step already done: 0, or the checkpoint resumed from
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class Failed:
     error: BaseException
 
 
-Event = StepDone | ValidationDue | CheckpointDue | Finished | Failed
+Event = TrainingStarts | StepDone | ValidationDue | CheckpointDue | Finished | Failed
 
 
 class Listener(Protocol):
@@ -83,6 +89,7 @@ def run_steps(step_fn: Callable[[int], StepResult], start: int, schedule: Schedu
     try:
         if schedule.validate_every and start == 0:
             emit(ValidationDue(0))
+        emit(TrainingStarts(start))
         for step in range(start + 1, schedule.steps + 1):
             emit(StepDone(step, step_fn(step)))
             if schedule.validation_due(step):

@@ -47,6 +47,11 @@ class RunDir:
         return self.path / "config.yaml"
 
     @property
+    def checkpoint_location(self) -> Path:
+        """A one-line file (logged with the job run) saying where the checkpoints are."""
+        return self.path / "checkpoint_location.txt"
+
+    @property
     def lock(self) -> Path:
         # beside the folder, not in it: the lock exists before the folder and outlives a wipe
         return self.path.parent / f".{self.path.name}.lock"

@@ -61,7 +61,8 @@ def bare_job(config: Path) -> None:
     from tqdm import tqdm
 
     from hacrl.config import validate
-    from hacrl.job import _run_team, job_dir, process_age_s
+    from hacrl.job import job_dir, process_age_s
+    from hacrl.job.assembly import _run_team
 
     startup_s = process_age_s()
     spec = validate(OmegaConf.load(config))  # type: ignore[arg-type]

@@ -262,11 +262,11 @@ def main() -> int:
         check("sampled rollouts reproducible (same version, same seeds)", same_seed)
 
         # -- one TeamLoop step on this engine (prompts from the task, verifier rewards) -------
-        from hacrl.job import _settings
+        from hacrl.job import loop_settings
         from hacrl.loop import Agent, PromptSchedule, TeamLoop
         from hacrl.tasks import grader, load_problems
 
-        loop = TeamLoop([Agent(AGENT, engine)], spec.method, _settings(spec),
+        loop = TeamLoop([Agent(AGENT, engine)], spec.method, loop_settings(spec),
                         PromptSchedule(load_problems(cfg, cfg.task.train_split),
                                        int(cfg.train.prompts_per_step), int(cfg.seed)), grader(cfg))
         with timed("teamloop_step"):

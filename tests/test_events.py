@@ -11,6 +11,7 @@ from hacrl.events import (
     Finished,
     Schedule,
     StepDone,
+    TrainingStarts,
     run_steps,
 )
 from hacrl.loop import StepResult
@@ -25,6 +26,8 @@ def _names(events: list[Event]) -> list[str]:
             out.append(f"failed{e.step}")
         elif isinstance(e, Finished):
             out.append(f"end{e.steps}")
+        elif isinstance(e, TrainingStarts):
+            out.append(f"from{e.step}")
         else:
             out.append(f"{'step' if isinstance(e, StepDone) else 'val'}{e.step}")
     return out
@@ -34,7 +37,7 @@ def test_a_fresh_run_validates_first_and_everything_is_due_at_the_end() -> None:
     seen: list[Event] = []
     run_steps(lambda t: StepResult([{"t": t}]), 0, Schedule(5, validate_every=2, save_every=3),
               [seen.append])
-    assert _names(seen) == ["val0", "step1", "step2", "val2", "step3", "ckpt3", "step4", "val4",
+    assert _names(seen) == ["val0", "from0", "step1", "step2", "val2", "step3", "ckpt3", "step4", "val4",
                             "step5", "val5", "ckpt5!", "end5"]
     assert [e.result.agent_metrics[0]["t"] for e in seen if isinstance(e, StepDone)] == [1, 2, 3, 4, 5]
 
@@ -43,7 +46,7 @@ def test_a_resumed_run_starts_after_its_checkpoint_without_validating_first() ->
     seen: list[Event] = []
     run_steps(lambda t: StepResult([{}]), 3, Schedule(4, validate_every=0, save_every=10),
               [seen.append])
-    assert _names(seen) == ["step4", "ckpt4!", "end4"]
+    assert _names(seen) == ["from3", "step4", "ckpt4!", "end4"]
 
 
 def test_a_failing_step_or_listener_is_announced_then_raised() -> None:
@@ -56,7 +59,7 @@ def test_a_failing_step_or_listener_is_announced_then_raised() -> None:
 
     with pytest.raises(RuntimeError, match="boom"):
         run_steps(step, 0, Schedule(3, 0, 1), [seen.append])
-    assert _names(seen) == ["step1", "ckpt1", "failed2"]
+    assert _names(seen) == ["from0", "step1", "ckpt1", "failed2"]
 
     def refuse_checkpoints(event: Event) -> None:
         if isinstance(event, CheckpointDue):
@@ -65,5 +68,5 @@ def test_a_failing_step_or_listener_is_announced_then_raised() -> None:
     seen.clear()
     with pytest.raises(OSError):
         run_steps(lambda t: StepResult([{}]), 0, Schedule(2, 0, 1), [seen.append, refuse_checkpoints])
-    assert _names(seen) == ["step1", "ckpt1", "failed1"]
+    assert _names(seen) == ["from0", "step1", "ckpt1", "failed1"]
     assert isinstance(seen[-1], Failed) and isinstance(seen[-1].error, OSError)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-import hacrl.job
+import hacrl.job.assembly
 from hacrl.config import compose, validate
 from hacrl.engines.local import LocalEngine
 from hacrl.job import run_job
@@ -174,7 +174,7 @@ def test_single_agent_method_logs_one_child_per_agent(job_env, new_output_root, 
 def test_same_seed_same_metrics_other_seed_differs(job_env, new_output_root, tiny_job,
                                                    monkeypatch, lenient_grader):
     # a verifier the micro models pass now and then, so that updates are not all zero
-    monkeypatch.setattr(hacrl.job, "grader", lambda cfg: lenient_grader)
+    monkeypatch.setattr(hacrl.job.assembly, "grader", lambda cfg: lenient_grader)
 
     def curves(root: Path, *overrides: str) -> dict[str, dict]:
         summary = run_job(_spec(root, tiny_job, *overrides), progress=False)

@@ -284,10 +284,10 @@ def test_an_undeclared_metric_is_refused_not_dropped(registries):
 
 
 def test_job_settings_come_from_method_settings(job_env):
-    from hacrl.job import _settings
+    from hacrl.job import loop_settings
 
     spec = validate(compose([*SMALL, "method=naive"]))
-    settings = _settings(spec)
+    settings = loop_settings(spec)
     assert settings == method_settings(spec.cfg, spec.method) and settings.loss is spec.loss
     assert spec.loss.borrowed == "as_own" and not spec.loss.stepwise
     assert Path(spec.agents[0].path).name == QWEN

@@ -1,0 +1,194 @@
+"""One training job, assembled: a lock, the store's runs, and per team an engine per agent, the
+loop, and the listeners that act on its events. The parts are in this package's other modules;
+this one only puts them together.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from hacrl import checkpoint, faults
+from hacrl.config import AgentSpec, JobSpec
+from hacrl.errors import check_writable
+from hacrl.events import Schedule, run_steps
+from hacrl.job.agents import agent_engine, before_job, job_dir, loop_settings, release_memory
+from hacrl.job.finishing import (
+    PHASES,
+    evaluate_base,
+    evaluate_final,
+    evaluate_finished,
+    evaluate_missing,
+    finished,
+    mark_done,
+    repair,
+)
+from hacrl.job.listeners import Checkpointing, Progress, StepMetrics, Validation
+from hacrl.job.lock import Terminated, job_lock, on_sigterm, process_age_s
+from hacrl.job.runs import carry_over, finish, finished_job_run, previous_job_run, start_runs
+from hacrl.layout import RunDir, TeamDir
+from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
+from hacrl.mlflow_store import resolve_uri
+from hacrl.schema import metrics as M
+from hacrl.tasks import grader, load_problems
+from hacrl.telemetry import peak_memory_metrics
+from hacrl.tracking import Tracker
+
+
+def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
+    """Train every team of the job; returns a summary (run ids, final metrics, phase times)."""
+    startup_s = process_age_s()
+    c = spec.cfg
+    if (done := before_job(c)) is not None:
+        return done
+    if c.engine.get("threads"):
+        torch.set_num_threads(int(c.engine.threads))
+    layout = job_dir(spec)
+    teams = [layout.team(i) for i in range(len(spec.teams))]
+    check_writable(spec.output_root)
+    tracker = Tracker(resolve_uri(c.tracking.uri, spec.output_root), c.tracking.experiment)
+    if not spec.method.trains:
+        tracker.reap_dead_runs(spec.config_hash)
+        return evaluate_base(spec, tracker)
+    with job_lock(layout.path, spec.config_hash):
+        # this process alone trains this job now: any run of it still RUNNING (on any host)
+        # belongs to a process that died, e.g. on a lost node
+        tracker.reap_config_runs(spec.config_hash)
+        return _train_job(spec, tracker, layout, teams, startup_s, progress)
+
+
+def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[TeamDir],
+               startup_s: float, progress: bool) -> dict[str, Any]:
+    c, directory = spec.cfg, layout.path
+    steps = int(c.train.steps)
+    if all(finished(t, steps) for t in teams) and not c.force:
+        if done_run := finished_job_run(tracker, spec):
+            print(f"hacrl: job {spec.config_hash} already finished ({directory}); force=true "
+                  "re-trains", file=sys.stderr)
+            return {"skipped": True, "run_dir": str(directory),
+                    **evaluate_finished(spec, tracker, directory, done_run)}
+        if (repaired := repair(spec, tracker, directory, teams)) is not None:
+            return repaired
+        # no earlier run to complete (e.g. a new store): new runs, evaluated from the checkpoints
+    if c.force:
+        shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    layout.config.write_text(OmegaConf.to_yaml(c))
+    job_run, agent_runs = start_runs(spec, tracker, directory)
+    tracker.log_artifact(job_run, layout.config)
+    layout.checkpoint_location.write_text(f"{directory}\n")
+    tracker.log_artifact(job_run, layout.checkpoint_location)
+    previous = previous_job_run(tracker, spec, job_run)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    status = "FAILED"
+    team_results: list[dict] = []
+    summary: dict[str, Any] = {"job_run_id": job_run, "agent_run_ids": agent_runs,
+                               "run_dir": str(directory), "teams": team_results}
+    started = time.perf_counter()
+    phases = dict.fromkeys(PHASES, 0.0)
+    try:
+        with tqdm(total=steps * len(teams), disable=not progress, desc=spec.method.name,
+                  unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
+            for team_agents, team in zip(spec.teams, teams, strict=True):
+                result = _run_team(spec, team_agents, team, tracker, agent_runs, previous, bar)
+                team_results.append(result)
+                for phase in PHASES:
+                    phases[phase] += float(result.get(phase, 0.0))
+        tracker.log_metrics(job_run, {M.WALL: time.perf_counter() - started,
+                                      M.STARTUP: startup_s,
+                                      **{M.seconds(k): v for k, v in phases.items()},
+                                      M.TRACKING: tracker.busy_s,
+                                      **peak_memory_metrics()}, step=steps)
+        faults.point("job_metrics")
+        status = "FINISHED"
+    except (KeyboardInterrupt, Terminated):
+        status = "KILLED"
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        finish(tracker, list(agent_runs.values()), job_run, status)
+    summary["status"] = status
+    summary.update(phases, tracking_s=tracker.busy_s, startup_s=startup_s)
+    return summary
+
+
+def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tracker: Tracker,
+              agent_runs: dict[str, str], previous: dict[str, str] | None, bar: Any) -> dict:
+    """Train one team from its last checkpoint, evaluate it, mark it done."""
+    c = spec.cfg
+    steps = int(c.train.steps)
+    if (record := finished(team_dir, steps)) is not None:
+        # finished by an earlier run of this job: carry its curves and evaluations into this
+        # run's agent runs, and evaluate what they still lack
+        for a in team:
+            if previous and a.name in previous:
+                carry_over(tracker, previous, a.name, agent_runs[a.name], steps, evaluations=True)
+        if c.eval.at_end:
+            evaluate_missing(spec, tracker, team_dir.path.parent,
+                             {a.name: agent_runs[a.name] for a in team})
+        bar.update(steps)
+        return record
+    setup_start = time.perf_counter()
+    seed_everything(int(c.seed))
+    agents = [Agent(a.name, agent_engine(spec, a, i, len(team), team_dir.path))
+              for i, a in enumerate(team)]
+    grade = grader(c)
+    loop = TeamLoop(agents, spec.method, loop_settings(spec),
+                    PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step,
+                                   int(c.seed)), grade)
+    start = _resume(team_dir, agents, loop)
+    if start:
+        for agent in agents:
+            carry_over(tracker, previous, agent.name, agent_runs[agent.name], start)
+    val_every = int(c.validation.every)
+    validation = Validation(agents, load_problems(c, c.validation.benchmark) if val_every else [],
+                            str(c.validation.benchmark), c.task.prompt_template,
+                            int(c.validation.max_new_tokens), grade, tracker, agent_runs)
+    metrics = StepMetrics(tracker, agent_runs, [a.name for a in agents])
+    setup_s = time.perf_counter() - setup_start
+    run_steps(loop.step, start, Schedule(steps, val_every, int(c.train.save_every)),
+              [metrics, Progress(bar, [a.name for a in agents]), validation,
+               Checkpointing(team_dir, agents, loop)])
+    validation_s = validation.seconds
+    # (validation before the first step is subtracted too, as it always was: Table 7's train_s)
+    train_s = time.perf_counter() - metrics.started - validation_s
+
+    final: dict[str, dict[str, float]] = {}
+    eval_start = time.perf_counter()
+    names = [a.name for a in agents]
+    if c.eval.at_end:
+        # free the training engines first: evaluation loads each final checkpoint itself
+        # (on GPUs, vLLM needs the memory)
+        for agent in agents:
+            agent.engine.close()
+        del loop, agents, validation, metrics
+        release_memory()
+        final = evaluate_final(spec, tracker, team_dir, {a.name: a.path for a in team}, agent_runs)
+    # seconds of this process (not of an earlier, resumed one): for the overhead benchmark
+    phases = {"setup_s": setup_s, "validation_s": validation_s,
+              "train_s": train_s, "eval_s": time.perf_counter() - eval_start,
+              "wall_s": time.perf_counter() - setup_start}
+    record = {"agents": names, "steps": steps, "final": final, "phases": phases}
+    mark_done(team_dir, record)
+    return {**record, **phases}
+
+
+def _resume(team_dir: TeamDir, agents: list[Agent], loop: TeamLoop) -> int:
+    """Load the team's newest usable checkpoint; the step it stands at (0: none)."""
+
+    def load(folder: Path) -> None:
+        for agent in agents:
+            agent.engine.load(folder / agent.name)
+        loop.load_state_dict(checkpoint.load_state(folder))
+
+    latest = checkpoint.restore(team_dir.ckpt, load)
+    return latest[0] if latest is not None else 0

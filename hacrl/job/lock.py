@@ -1,0 +1,52 @@
+"""One trainer per job, and a process that ends as KILLED when a scheduler stops it."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+from hacrl.errors import HacrlError
+from hacrl.layout import RunDir
+
+
+@contextlib.contextmanager
+def job_lock(directory: Path, config_hash: str) -> Iterator[None]:
+    """An exclusive lock on the job for the life of this process's work on it (flock: released
+    when the process ends, however it ends; on NFS when the lost client's lease expires), so
+    two processes never train into one run directory, whatever a sweep's state files say."""
+    path = RunDir(directory).lock
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            raise HacrlError(f"job {config_hash} is being trained by {holder} (it holds "
+                             f"{path}); wait for it to end or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+class Terminated(BaseException):
+    """SIGTERM (e.g. a scheduler's kill) becomes an exception so runs end as KILLED."""
+
+
+def on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (interpreter start, imports, compose, launch)."""
+    import psutil
+
+    return max(0.0, time.time() - psutil.Process().create_time())
