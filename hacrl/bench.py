@@ -89,7 +89,7 @@ def _measure(specs: dict[tuple[str, str], JobSpec], engine: str, repeats: int) -
     seed_everything(int(hacpo.cfg.seed))
     cluster = None
     if engine == "verl":  # all teams' workers at once in one Ray cluster: room for each of them
-        from hacrl.engines.verl.engine import VerlCluster
+        from hacrl.engines.verl.job_cluster import VerlCluster
 
         engines = sum(len(spec.agents) for (_, which), spec in specs.items() if which == "engine")
         cluster = VerlCluster.get(hacpo.cfg, engines)

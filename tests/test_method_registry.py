@@ -234,7 +234,7 @@ def test_a_declared_metric_survives_verls_aggregation(registries):
 
     from hacrl.algo import Denominators
     from hacrl.engines.verl import batch as vb
-    from hacrl.engines.verl.engine import actor_metrics
+    from hacrl.engines.verl.update_metrics import actor_metrics
     from hacrl.engines.verl.worker_loss import (
         DENOMINATORS,
         UPDATE_INDEX,

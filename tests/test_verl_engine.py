@@ -262,7 +262,7 @@ def test_batch_without_loss_fields_is_refused() -> None:
 
 
 def test_actor_metrics_keep_our_names_and_prefix_verls() -> None:
-    from hacrl.engines.verl.engine import actor_metrics
+    from hacrl.engines.verl.update_metrics import actor_metrics
 
     out = actor_metrics({"loss/policy": [0.5], "loss/own": [3.0], ROWS: [5.0], "grad_norm": [2.0],
                          "lr": [1e-6],
@@ -440,7 +440,7 @@ def test_generations_end_at_any_stop_token_vllm_uses(micro_zoo: Path, tmp_path: 
 
     from transformers import AutoTokenizer, GenerationConfig
 
-    from hacrl.engines.verl.engine import _generation, stop_token_ids
+    from hacrl.engines.verl.generation import as_generation, stop_token_ids
     from hacrl.rollout import eos_id
 
     model = tmp_path / "m"
@@ -450,9 +450,9 @@ def test_generations_end_at_any_stop_token_vllm_uses(micro_zoo: Path, tmp_path: 
     GenerationConfig(eos_token_id=[eos, 3]).save_pretrained(model)
     stops = stop_token_ids(str(model), tok)
     assert stops == {eos, 3}
-    assert _generation([5, 6, 3, 7], stops) == vb_gen([5, 6, 3], True)
-    assert _generation([5, eos], stops) == vb_gen([5, eos], True)
-    assert _generation([5, 6], stops) == vb_gen([5, 6], False)  # cut by a budget: unfinished
+    assert as_generation([5, 6, 3, 7], stops) == vb_gen([5, 6, 3], True)
+    assert as_generation([5, eos], stops) == vb_gen([5, eos], True)
+    assert as_generation([5, 6], stops) == vb_gen([5, 6], False)  # cut by a budget: unfinished
     (model / "generation_config.json").unlink()
     assert stop_token_ids(str(model), tok) == {eos}
 
@@ -466,7 +466,7 @@ def vb_gen(tokens: list[int], finished: bool) -> object:
 def test_rows_are_padded_to_whole_micro_batches_on_every_rank() -> None:
     from omegaconf import OmegaConf
 
-    from hacrl.engines.verl.engine import row_multiple
+    from hacrl.engines.verl.batch import row_multiple
 
     def config(dynamic: bool, actor: int, rollout: int, ref: int) -> object:
         return OmegaConf.create({"actor_rollout_ref": {

@@ -4,14 +4,17 @@ Nothing here imports verl at import time: `hacrl` installs and runs without it, 
 that need it import it inside functions. The parts:
 
 - `batch`: our rows (TokenView + LossBatch) <-> verl's TensorDict layout (no-padding, jagged).
-- `loss`: the workers' loss callable; the same `hacrl.algo.policy_loss` as the local engine.
+- `worker_loss`: the workers' loss callable; the same `hacrl.algo.policy_loss` as the local engine.
 - `workers`: verl worker subclasses that number mini-batches (update index m) for the loss.
-- `config`: our Hydra config -> verl's trainer config, validated by verl's dataclasses.
-- `data`: MATH train split -> verl's RL parquet schema.
+- `translate`: our Hydra config -> verl's trainer config, validated by verl's dataclasses.
+- `parquet`: MATH train split -> verl's RL parquet schema.
 - `ray_cluster`: Ray inside a SLURM allocation (`connect`); `ray_plan` decides this
   process's part, `ray_nodes` runs the `ray start` processes, `slurm_allocation` reads
   SLURM's variables.
-- `engine`: `VerlEngine`, the adapter behind `hacrl.engines.base.Engine`.
+- `engine`: `VerlEngine`, the adapter behind `hacrl.engines.base.Engine`; with it
+  `job_cluster` (the job's Ray cluster and resource pools), `generation` (the rollout paths),
+  `update_metrics` (verl's update metrics in our names) and `agent_checkpoint` (save / load).
+- `cpu_platform`, `hf_rollout`, `vllm_cpu`: the CPU layer (`engine.device=cpu`).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ a zero response mask, so they add nothing to the loss.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -101,6 +102,18 @@ def pad_rows(views: list[TokenView], fields: dict[str, Tensor],
     return views + [views[0]] * extra, padded
 
 
+def row_multiple(config: Any, world_size: int) -> int:
+    """Rows every worker-group call is padded to: the data-parallel ranks times, unless
+    micro-batches are sized by tokens, a common multiple of the actor's, the rollout's and the
+    reference's micro-batch sizes (each rank must hold whole micro-batches)."""
+    a = config.actor_rollout_ref
+    if a.actor.use_dynamic_bsz:
+        return world_size
+    sizes = [a.actor.ppo_micro_batch_size_per_gpu, a.rollout.log_prob_micro_batch_size_per_gpu,
+             a.ref.log_prob_micro_batch_size_per_gpu]
+    return world_size * math.lcm(*(int(s) for s in sizes if s))
+
+
 def to_tensordict(views: Sequence[TokenView], pad_id: int,
                   fields: Mapping[str, Tensor] | None = None,
                   meta: Mapping[str, Any] | None = None) -> Any:
@@ -162,4 +175,4 @@ def loss_batch(data: Any) -> LossBatch:
 
 
 __all__ = ["ROW_FIELDS", "TOKEN_FIELDS", "loss_batch", "loss_fields", "pad_rows", "padded_batch",
-           "response_logprobs", "split_logprobs", "to_tensordict"]
+           "response_logprobs", "row_multiple", "split_logprobs", "to_tensordict"]

@@ -2,7 +2,8 @@
 
 verl ships its full default trainer config (`verl/trainer/config/_generated_ppo_trainer.yaml`,
 what `python -m verl.trainer.main_ppo` composes). We start from that file, set every key our
-job decides (model, optimizer, batch sizes, lengths, sampling, placement, offload, checkpoints),
+job decides (model, optimizer, batch sizes, lengths, sampling, placement, offload, checkpoints:
+one `*_keys` helper per section), add the CPU layer (`cpu_layer`, `engine.device=cpu` only),
 apply `engine.overrides` last, and turn the sections the workers will read into verl's
 dataclasses with `omega_conf_to_dataclass`, which runs their own checks (`FSDPActorConfig`,
 `RolloutConfig`, `HFModelConfig`, `AlgoConfig`, ...). A typo in an override or a value verl
@@ -112,19 +113,53 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
     minibatch_prompts: prompts per optimizer update (the method's divisor applied);
     updates_per_step: optimizer updates per training step (verl's lr scheduler steps per update).
     """
-    e, t, r = cfg.engine, cfg.train, cfg.rollout
     where = placement(cfg, n_agents)
     v = verl_defaults()
-    prompt_tokens = int(cfg.eval.vllm.max_prompt_tokens)
-    micro = t.micro_batch_rows
-    checkpoints = str(run_dir / "verl" / agent) if run_dir is not None else f"verl/{agent}"
     values: dict[str, Any] = {
-        # the policy model
+        **model_keys(cfg, model_path),
+        **actor_keys(cfg, loss, minibatch_prompts, updates_per_step),
+        **checkpoint_keys(),
+        **reference_keys(cfg),
+        **rollout_keys(cfg, group_size, where),
+        **algorithm_keys(),
+        **data_keys(cfg),
+        **trainer_keys(cfg, where, agent, run_dir),
+    }
+    require_fsdp2(cfg)
+    for key, value in values.items():
+        OmegaConf.update(v, key, value, merge=False, force_add=False)
+    for key, value in cpu_layer(cfg).items():  # engine.device=cpu only; empty on GPUs
+        OmegaConf.update(v, key, value, merge=False, force_add=True)
+    apply_overrides(v, cfg.engine.get("overrides") or {})
+    return v
+
+
+def _micro_rows(cfg: DictConfig) -> int | None:
+    """train.micro_batch_rows, None (verl: unset) when 0 or absent."""
+    micro = cfg.train.micro_batch_rows
+    return int(micro) if micro else None
+
+
+def _prompt_tokens(cfg: DictConfig) -> int:
+    return int(cfg.eval.vllm.max_prompt_tokens)
+
+
+def model_keys(cfg: DictConfig, model_path: str) -> dict[str, Any]:
+    """The policy model."""
+    e = cfg.engine
+    return {
         "actor_rollout_ref.model.path": model_path,
         "actor_rollout_ref.model.use_remove_padding": bool(e.actor.use_remove_padding),
         "actor_rollout_ref.model.enable_gradient_checkpointing": bool(e.actor.gradient_checkpointing),
         "actor_rollout_ref.hybrid_engine": True,
-        # actor: FSDP, optimizer, batch sizes, the objective's description
+    }
+
+
+def actor_keys(cfg: DictConfig, loss: LossConfig, minibatch_prompts: int,
+               updates_per_step: int) -> dict[str, Any]:
+    """The actor: FSDP, optimizer, batch sizes, the objective's description."""
+    e, t = cfg.engine, cfg.train
+    return {
         "actor_rollout_ref.actor.strategy": str(e.actor.strategy),
         "actor_rollout_ref.actor.fsdp_config.strategy": str(e.actor.strategy),
         "actor_rollout_ref.actor.fsdp_config.param_offload": bool(e.actor.param_offload),
@@ -140,7 +175,7 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
         "actor_rollout_ref.actor.optim.total_training_steps": int(t.steps) * updates_per_step,
         "actor_rollout_ref.actor.grad_clip": float(t.grad_clip),
         "actor_rollout_ref.actor.ppo_mini_batch_size": int(minibatch_prompts),
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": int(micro) if micro else None,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": _micro_rows(cfg),
         "actor_rollout_ref.actor.use_dynamic_bsz": bool(e.actor.use_dynamic_bsz),
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": int(e.actor.max_token_len_per_gpu),
         "actor_rollout_ref.actor.ppo_epochs": 1,
@@ -153,24 +188,42 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
         "actor_rollout_ref.actor.use_kl_loss": loss.kl_coef > 0,
         "actor_rollout_ref.actor.kl_loss_coef": float(loss.kl_coef),
         "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
-        # sharded FSDP state to resume from, plus a Hugging Face copy for evaluation (lm-eval)
+    }
+
+
+def checkpoint_keys() -> dict[str, Any]:
+    """The actor's checkpoints: sharded FSDP state to resume from, plus a Hugging Face copy for
+    evaluation (lm-eval)."""
+    return {
         "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra",
                                                              "hf_model"],
         "actor_rollout_ref.actor.checkpoint.load_contents": ["model", "optimizer", "extra"],
-        # reference policy (KL term only)
+    }
+
+
+def reference_keys(cfg: DictConfig) -> dict[str, Any]:
+    """The reference policy (KL term only)."""
+    e = cfg.engine
+    return {
         "actor_rollout_ref.ref.fsdp_config.param_offload": True,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": int(micro) if micro else None,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": _micro_rows(cfg),
         "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": bool(e.actor.use_dynamic_bsz),
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu":
             int(e.rollout.log_prob_max_token_len_per_gpu),
-        # rollout: vLLM replicas in the actor's processes, asleep between rollouts
+    }
+
+
+def rollout_keys(cfg: DictConfig, group_size: int, where: AgentPlacement) -> dict[str, Any]:
+    """The rollout: vLLM replicas in the actor's processes, asleep between rollouts."""
+    e, r = cfg.engine, cfg.rollout
+    return {
         "actor_rollout_ref.rollout.name": rollout_name(cfg),
         "actor_rollout_ref.rollout.mode": "async",
         "actor_rollout_ref.rollout.n": int(group_size),
         "actor_rollout_ref.rollout.temperature": float(r.temperature),
         "actor_rollout_ref.rollout.top_p": float(r.top_p),
         "actor_rollout_ref.rollout.top_k": -1,
-        "actor_rollout_ref.rollout.prompt_length": prompt_tokens,
+        "actor_rollout_ref.rollout.prompt_length": _prompt_tokens(cfg),
         "actor_rollout_ref.rollout.response_length": int(r.max_new_tokens),
         "actor_rollout_ref.rollout.dtype": str(e.dtype),
         "actor_rollout_ref.rollout.tensor_model_parallel_size": int(e.rollout.tensor_parallel_size),
@@ -180,47 +233,69 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
         "actor_rollout_ref.rollout.free_cache_engine": bool(e.rollout.free_cache_engine),
         "actor_rollout_ref.rollout.seed": int(cfg.seed),
         "actor_rollout_ref.rollout.n_gpus_per_node": where.gpus_per_node,
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": int(micro) if micro else None,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": _micro_rows(cfg),
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": bool(e.actor.use_dynamic_bsz),
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu":
             int(e.rollout.log_prob_max_token_len_per_gpu),
         "actor_rollout_ref.rollout.checkpoint_engine.backend": "naive",
-        # advantages come from hacrl (GRPO-style groups); no KL in the reward
+    }
+
+
+def algorithm_keys() -> dict[str, Any]:
+    """Advantages come from hacrl (GRPO-style groups); no KL in the reward."""
+    return {
         "algorithm.adv_estimator": "grpo",
         "algorithm.norm_adv_by_std_in_grpo": True,
         "algorithm.use_kl_in_reward": False,
-        # data sizes (the prompts come from the loop, not verl's dataloader)
-        "data.max_prompt_length": prompt_tokens,
+    }
+
+
+def data_keys(cfg: DictConfig) -> dict[str, Any]:
+    """Data sizes and files (the prompts come from the loop, not verl's dataloader)."""
+    d, r = cfg.data, cfg.rollout
+    return {
+        "data.max_prompt_length": _prompt_tokens(cfg),
         "data.max_response_length": int(r.max_new_tokens),
-        "data.train_batch_size": int(t.prompts_per_step),
-        "data.train_files": str(parquet_path(cfg.data, source_name(cfg.data, str(cfg.task.train_split)))),
-        "data.val_files": str(parquet_path(cfg.data, source_name(cfg.data, str(cfg.validation.benchmark)))),
-        # trainer: resources, checkpoints, logging
+        "data.train_batch_size": int(cfg.train.prompts_per_step),
+        "data.train_files": str(parquet_path(d, source_name(d, str(cfg.task.train_split)))),
+        "data.val_files": str(parquet_path(d, source_name(d, str(cfg.validation.benchmark)))),
+    }
+
+
+def trainer_keys(cfg: DictConfig, where: AgentPlacement, agent: str,
+                 run_dir: Path | None) -> dict[str, Any]:
+    """The trainer: resources, checkpoints (under the run directory), logging."""
+    e = cfg.engine
+    checkpoints = str(run_dir / "verl" / agent) if run_dir is not None else f"verl/{agent}"
+    return {
         "trainer.nnodes": where.nnodes,
         "trainer.n_gpus_per_node": where.gpus_per_node,
         "trainer.device": str(e.device) if str(e.device) != "auto" else "cuda",
-        "trainer.total_training_steps": int(t.steps),
+        "trainer.total_training_steps": int(cfg.train.steps),
         "trainer.project_name": str(cfg.tracking.experiment),
         "trainer.experiment_name": agent,
         "trainer.default_local_dir": checkpoints,
         "trainer.logger": ["console"],
         "trainer.val_before_train": False,
     }
+
+
+def require_fsdp2(cfg: DictConfig) -> None:
+    """FSDP1 checkpoints pickle ShardedTensors, whose pickles call `getattr`: hacrl's audit
+    (hacrl.checkpoint) refuses those, so a job could never resume from its checkpoints."""
+    e = cfg.engine
     if str(e.actor.strategy) != "fsdp2":
-        # FSDP1 checkpoints pickle ShardedTensors, whose pickles call `getattr`: hacrl's audit
-        # (hacrl.checkpoint) refuses those, so a job could never resume from its checkpoints
         raise ConfigError(f"engine.actor.strategy={e.actor.strategy}: use fsdp2 (the default); "
                           "FSDP1 checkpoints pickle calls that hacrl refuses to load")
-    for key, value in values.items():
-        OmegaConf.update(v, key, value, merge=False, force_add=False)
-    for key, value in cpu_layer(cfg).items():  # engine.device=cpu only; empty on GPUs
-        OmegaConf.update(v, key, value, merge=False, force_add=True)
-    for key, value in (e.get("overrides") or {}).items():
+
+
+def apply_overrides(v: DictConfig, overrides: Any) -> None:
+    """`engine.overrides` into verl's config, last; a key verl's config lacks is refused."""
+    for key, value in overrides.items():
         if OmegaConf.select(v, str(key), default="__missing__") == "__missing__":
             raise ConfigError(f"engine.overrides.{key}: not a key of verl's trainer config "
                               "(verl/trainer/config/_generated_ppo_trainer.yaml)")
         OmegaConf.update(v, str(key), value, merge=True)
-    return v
 
 
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
@@ -310,4 +385,7 @@ def _ref_as_actor(v: DictConfig) -> DictConfig:
     return ref
 
 
-__all__ = ["AgentPlacement", "agent_verl_config", "cpu_layer", "on_cpu", "placement", "rollout_name", "validate_verl_config", "verl_config", "verl_defaults"]
+__all__ = ["AgentPlacement", "actor_keys", "agent_verl_config", "algorithm_keys", "apply_overrides",
+           "checkpoint_keys", "cpu_layer", "data_keys", "model_keys", "on_cpu", "placement",
+           "reference_keys", "require_fsdp2", "rollout_keys", "rollout_name", "trainer_keys",
+           "validate_verl_config", "verl_config", "verl_defaults"]

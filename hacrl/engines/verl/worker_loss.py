@@ -41,8 +41,8 @@ _VERL_AGGREGATION = {SHARE: "SUM", ROW_MEAN: "SUM", SUM: "SUM", COUNT: "SUM", MI
 
 def reported_metrics(loss_config: LossConfig) -> dict[str, str]:
     """Every metric the callable reports under `loss_config`, with its kind: `policy_loss`'s
-    (`hacrl.algo.loss_metrics`) and the ratio statistics. `engine.actor_metrics` reads verl's
-    aggregates by these kinds."""
+    (`hacrl.algo.loss_metrics`) and the ratio statistics. `update_metrics.actor_metrics` reads
+    verl's aggregates by these kinds."""
     return {**loss_metrics(loss_config), **RATIO_STATS}
 
 
@@ -85,8 +85,8 @@ def hacrl_loss(config: Any = None, model_output: dict[str, Tensor] | None = None
 
     Each metric goes to verl by its declared kind (`reported_metrics`): a SHARE of the
     mini-batch value as a SUM (over micro-batches and ranks it is the mini-batch's); a ROW_MEAN
-    as a SUM of value x real rows next to `hacrl/rows`, which `engine.actor_metrics` divides
-    by (row-weighted, like the local engine); SUM / COUNT as SUMs, MIN / MAX as such."""
+    as a SUM of value x real rows next to `hacrl/rows`, which `update_metrics.actor_metrics`
+    divides by (row-weighted, like the local engine); SUM / COUNT as SUMs, MIN / MAX as such."""
     from verl.utils import tensordict_utils as tu
     from verl.utils.metric import AggregationType, Metric
 
