@@ -147,21 +147,46 @@ def model_path(cfg: DictConfig, index: int, name: str, check: bool = True) -> st
 
 def validate(cfg: DictConfig) -> JobSpec:
     """Check everything that can be checked before starting; return the job's spec."""
+    method = _method(cfg)
+    estimator = _method_functions(method)
+    agents = _agents(cfg, method)
+    _batch_check(cfg, method, estimator)
+    _hyperparameter_check(cfg)
+    specs = tuple(AgentSpec(a, model_path(cfg, i, a)) for i, a in enumerate(agents))
+    loss = method_settings(cfg, method).loss
+    _eval_check(cfg)
+    _task_check(cfg)
+    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    assert isinstance(resolved, DictConfig)
+    output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
+    return JobSpec(resolved, method, specs, loss, output_root, config_hash(cfg))
 
+
+def _method(cfg: DictConfig) -> MethodSpec:
+    """The registered method `method.name` names."""
     name = _get(cfg, "method.name")
     if name not in METHODS:
         raise ConfigError(f"method.name={name}: unknown method; registered: {', '.join(sorted(METHODS))}")
-    method = METHODS[name]
-    estimator = _method_functions(method)
+    return METHODS[name]
+
+
+def _agents(cfg: DictConfig, method: MethodSpec) -> list[str]:
+    """The agents' catalog names: at least one, each once, >= 2 for a method that shares rollouts."""
     agents = list(_get(cfg, "agents"))
     if not agents:
         raise ConfigError("agents=[]: give at least one agent, e.g. pair=size or agents=[qwen3-4b-base]")
     if len(set(agents)) != len(agents):
         raise ConfigError(f"agents={agents}: an agent appears twice; list each model once")
     if method.shares_rollouts and len(agents) < 2:
-        raise ConfigError(f"method={name} shares rollouts and needs >= 2 agents, got agents={agents}; "
+        raise ConfigError(f"method={method.name} shares rollouts and needs >= 2 agents, got agents={agents}; "
                           "use a pair (e.g. pair=size) or a single-agent method (gspo, grpo)")
+    return agents
 
+
+def _batch_check(cfg: DictConfig, method: MethodSpec, estimator: AdvantageEstimator) -> None:
+    """Step, prompt, mini-batch, rollout and token counts: integers, and mini-batches (as the
+    method sizes them) dividing a step's prompts into groups its advantage is defined for."""
+    name = method.name
     for key in ("train.steps", "train.prompts_per_step", "train.minibatch_prompts",
                 "train.rollouts_per_prompt", "rollout.max_new_tokens"):
         value = _get(cfg, key)
@@ -180,6 +205,9 @@ def validate(cfg: DictConfig) -> JobSpec:
         raise ConfigError(f"train.rollouts_per_prompt={cfg.train.rollouts_per_prompt}: the {method.advantage} "
                           f"advantage needs >= {estimator.min_group} rollouts per prompt")
 
+
+def _hyperparameter_check(cfg: DictConfig) -> None:
+    """The algorithm's numbers and choices (algo.*), rollout.overflow and train.lr, in range."""
     alpha = float(_get(cfg, "algo.alpha"))
     if alpha < 0:
         raise ConfigError(f"algo.alpha={alpha}: must be >= 0 (exponential importance sampling exponent)")
@@ -203,15 +231,6 @@ def validate(cfg: DictConfig) -> JobSpec:
         raise ConfigError(f"algo.kl_coef={cfg.algo.kl_coef}: must be >= 0")
     if float(_get(cfg, "train.lr")) <= 0:
         raise ConfigError(f"train.lr={cfg.train.lr}: must be > 0")
-
-    specs = tuple(AgentSpec(a, model_path(cfg, i, a)) for i, a in enumerate(agents))
-    loss = method_settings(cfg, method).loss
-    _eval_check(cfg)
-    _task_check(cfg)
-    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    assert isinstance(resolved, DictConfig)
-    output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
-    return JobSpec(resolved, method, specs, loss, output_root, config_hash(cfg))
 
 
 def _method_functions(method: MethodSpec) -> AdvantageEstimator:

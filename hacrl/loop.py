@@ -47,6 +47,19 @@ class StepResult:
     team_metrics: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class StepRows:
+    """What the updates of a step need, all computed before any update: per agent, its own
+    responses' views and log-probs (and the reference's, or None); per (target, source) pair,
+    the source's responses in the target's tokens and (Naive) the target's old log-probs."""
+
+    own_views: list[list[TokenView]]
+    own_logp: list[list[Tensor]]
+    ref_logp: list[list[Tensor] | None]
+    borrowed_views: dict[tuple[int, int], list[TokenView]]
+    borrowed_old: dict[tuple[int, int], list[Tensor]]
+
+
 def prompt_messages(problem: Problem, template: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": template.format(question=problem.question)}]
 
@@ -101,79 +114,118 @@ class TeamLoop:
 
     # -- one step -------------------------------------------------------------------------------
     def step(self, step: int) -> StepResult:
-        s, n = self.settings, len(self.agents)
+        """Training step `step` (1-based), phase by phase as in the paper's algorithm."""
         timers = [PhaseTimer() for _ in self.agents]
         team_timer = PhaseTimer()
         problems = self.schedule.batch(step)
-        messages = [prompt_messages(p, s.prompt_template) for p in problems]
+        messages = [prompt_messages(p, self.settings.prompt_template) for p in problems]
         prompt_ids = [[render_prompt_ids(a.engine.tokenizer, m) for m in messages] for a in self.agents]
 
         # 1. every agent samples G responses per prompt
+        trajs = self._generate(problems, messages, prompt_ids, timers)
+        # 2. one verifier scores all n * P * G responses
+        rewards = self._verify(problems, trajs, team_timer)
+        # 3. capability and the advantage of every (target, source) sample
+        capability = self.capability.update(rewards.mean(dim=(1, 2)))
+        omega = algo.omega_matrix(capability, self.settings.omega_clamp)
+        advantages = self._advantages(rewards, capability)  # [n_target, n_source, P, G]
+        # 4. source log-probs (and everything else the update needs) before any update
+        own_views = self._own_views(trajs, prompt_ids)
+        own_logp, ref_logp = self._source_log_probs(trajs, own_views, timers)
+        borrowed_views = self._borrowed_views(trajs, prompt_ids)
+        borrowed_old = self._borrowed_old_log_probs(borrowed_views, timers)
+        rows = StepRows(own_views, own_logp, ref_logp, borrowed_views, borrowed_old)
+
+        # 5. each target trains on its own rows and the rows it borrows, mini-batch by mini-batch
+        results = []
+        for k in range(len(self.agents)):
+            metrics = self._train_target(k, step, rows, advantages, omega, timers[k])
+            metrics.update(self._agent_metrics(k, trajs[k], rewards, capability, omega, timers[k]))
+            results.append(metrics)
+        team = team_timer.metrics()
+        team["time/step_s"] = sum(team.values()) + sum(sum(t.seconds.values()) for t in timers)
+        return StepResult(results, team)
+
+    def _generate(self, problems: list[Problem], messages: list[list[dict[str, str]]],
+                  prompt_ids: list[list[list[int]]], timers: list[PhaseTimer]) -> list[list[Trajectory]]:
+        """Step 1: each agent's G responses per prompt, as trajectories [agent][prompt * G]."""
         trajs: list[list[Trajectory]] = []
         for k, agent in enumerate(self.agents):
             with timers[k].phase("generate"):
-                groups = agent.engine.generate(prompt_ids[k], self.group_size, s.sampling)
+                groups = agent.engine.generate(prompt_ids[k], self.group_size, self.settings.sampling)
                 trajs.append([
                     Trajectory(problems[p].uid, messages[p], agent.engine.decode(g.token_ids), k,
                                g.token_ids, g.finished)
                     for p, group in enumerate(groups) for g in group])
+        return trajs
 
-        # 2. one verifier scores all n * P * G responses
-        with team_timer.phase("verify"):
+    def _verify(self, problems: list[Problem], trajs: list[list[Trajectory]],
+                timer: PhaseTimer) -> Tensor:
+        """Step 2: grade every response (setting its reward); rewards [n, P, G]."""
+        n = len(self.agents)
+        with timer.phase("verify"):
             answers = [problems[i // self.group_size].answer for i in range(len(trajs[0]))]
             for k in range(n):
                 for t, r in zip(trajs[k], self.grade([t.response_text for t in trajs[k]], answers),
                                 strict=True):
                     t.reward = r
-        rewards = torch.tensor([[t.reward for t in trajs[k]] for k in range(n)]).view(
+        return torch.tensor([[t.reward for t in trajs[k]] for k in range(n)]).view(
             n, len(problems), self.group_size)
 
-        # 3. capability and the advantage of every (target, source) sample
-        capability = self.capability.update(rewards.mean(dim=(1, 2)))
-        omega = algo.omega_matrix(capability, s.omega_clamp)
-        advantages = self._advantages(rewards, capability)  # [n_target, n_source, P, G]
+    def _own_views(self, trajs: list[list[Trajectory]],
+                   prompt_ids: list[list[list[int]]]) -> list[list[TokenView]]:
+        """Each agent's responses in its own tokens [agent][row]."""
+        return [[own_view(t, prompt_ids[k][i // self.group_size]) for i, t in enumerate(trajs[k])]
+                for k in range(len(self.agents))]
 
-        # 4. source log-probs (and everything else the update needs) before any update
-        own_views = [[own_view(t, prompt_ids[k][i // self.group_size]) for i, t in enumerate(trajs[k])]
-                     for k in range(n)]
+    def _source_log_probs(self, trajs: list[list[Trajectory]], own_views: list[list[TokenView]],
+                          timers: list[PhaseTimer],
+                          ) -> tuple[list[list[Tensor]], list[list[Tensor] | None]]:
+        """Step 4: each agent's log-probs of its own responses before any update (recorded on the
+        trajectories as their source log-probs), and the reference's when there is a KL term."""
         own_logp: list[list[Tensor]] = []
         ref_logp: list[list[Tensor] | None] = []
         for k, agent in enumerate(self.agents):
             with timers[k].phase("logprob"):
                 own_logp.append(agent.engine.log_probs(own_views[k]))
                 ref_logp.append(agent.engine.log_probs(own_views[k], reference=True)
-                                if s.loss.kl_coef > 0 else None)
+                                if self.settings.loss.kl_coef > 0 else None)
             for t, lp in zip(trajs[k], own_logp[k], strict=True):
                 t.source_logprobs = lp.tolist()
-        borrowed_views = self._borrowed_views(trajs, prompt_ids)
+        return own_logp, ref_logp
+
+    def _borrowed_old_log_probs(self, borrowed_views: dict[tuple[int, int], list[TokenView]],
+                                timers: list[PhaseTimer]) -> dict[tuple[int, int], list[Tensor]]:
+        """Naive only: the target's own pre-update log-probs of the rows it borrows."""
         borrowed_old: dict[tuple[int, int], list[Tensor]] = {}
-        if self.borrowed.as_own:  # Naive: the target's own pre-update log-probs
+        if self.borrowed.as_own:
             for (k, j), views in borrowed_views.items():
                 with timers[k].phase("logprob"):
                     borrowed_old[(k, j)] = self.agents[k].engine.log_probs(views)
+        return borrowed_old
 
-        # 5. each target trains on its own rows and the rows it borrows, mini-batch by mini-batch
-        results = []
-        for k, agent in enumerate(self.agents):
-            with timers[k].phase("update"):
-                views, batch, extra = self._target_rows(k, own_views, own_logp, ref_logp,
-                                                        borrowed_views, borrowed_old, advantages, omega)
-                metrics = self._update(k, step, agent.engine, views, batch)
-            metrics.update(extra)
-            metrics["reward/mean"] = float(rewards[k].mean())
-            metrics["capability/P"] = float(capability[k])
-            for j in range(n):
-                if j != k:
-                    metrics[f"omega/{self.agents[j].name}"] = float(omega[k, j])
-            lengths = torch.tensor([len(t.source_tokens) for t in trajs[k]], dtype=torch.float32)
-            metrics["response/length_mean"] = float(lengths.mean())
-            metrics["response/finished_frac"] = float(np.mean([t.finished for t in trajs[k]]))
-            metrics.update(timers[k].metrics())
-            metrics.update(agent.engine.memory_metrics())
-            results.append(metrics)
-        team = team_timer.metrics()
-        team["time/step_s"] = sum(team.values()) + sum(sum(t.seconds.values()) for t in timers)
-        return StepResult(results, team)
+    def _train_target(self, k: int, step: int, rows: StepRows, advantages: Tensor, omega: Tensor,
+                      timer: PhaseTimer) -> dict[str, float]:
+        """Step 5 for target k: its rows (own and borrowed), then its mini-batch updates."""
+        with timer.phase("update"):
+            views, batch, extra = self._target_rows(k, rows, advantages, omega)
+            metrics = self._update(k, step, self.agents[k].engine, views, batch)
+        metrics.update(extra)
+        return metrics
+
+    def _agent_metrics(self, k: int, trajs: list[Trajectory], rewards: Tensor, capability: Tensor,
+                       omega: Tensor, timer: PhaseTimer) -> dict[str, float]:
+        """Agent k's step metrics besides its updates': reward, P, omega, lengths, time, memory."""
+        metrics = {"reward/mean": float(rewards[k].mean()), "capability/P": float(capability[k])}
+        for j in range(len(self.agents)):
+            if j != k:
+                metrics[f"omega/{self.agents[j].name}"] = float(omega[k, j])
+        lengths = torch.tensor([len(t.source_tokens) for t in trajs], dtype=torch.float32)
+        metrics["response/length_mean"] = float(lengths.mean())
+        metrics["response/finished_frac"] = float(np.mean([t.finished for t in trajs]))
+        metrics.update(timer.metrics())
+        metrics.update(self.agents[k].engine.memory_metrics())
+        return metrics
 
     def _advantages(self, rewards: Tensor, capability: Tensor) -> Tensor:
         """The method's registered estimator: [n, P, G] rewards -> [n_target, n_source, P, G]."""
@@ -195,12 +247,11 @@ class TeamLoop:
                         for i, t in enumerate(trajs[j])]
         return out
 
-    def _target_rows(self, k: int, own_views: list[list[TokenView]], own_logp: list[list[Tensor]],
-                     ref_logp: list[list[Tensor] | None],
-                     borrowed_views: dict[tuple[int, int], list[TokenView]],
-                     borrowed_old: dict[tuple[int, int], list[Tensor]], advantages: Tensor,
-                     omega: Tensor) -> tuple[list[TokenView], LossBatch, dict[str, float]]:
+    def _target_rows(self, k: int, rows: StepRows, advantages: Tensor, omega: Tensor,
+                     ) -> tuple[list[TokenView], LossBatch, dict[str, float]]:
         """All rows target k trains on this step, own first, and their loss inputs."""
+        own_views, own_logp, ref_logp = rows.own_views, rows.own_logp, rows.ref_logp
+        borrowed_views, borrowed_old = rows.borrowed_views, rows.borrowed_old
         views = list(own_views[k])
         old = list(own_logp[k])
         source_mean = [_mean(lp) for lp in own_logp[k]]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hacrl import checkpoint
+from hacrl import checkpoint, pickle_audit
 from hacrl.errors import CheckpointError
 from hacrl.faults import FINISHING
 
@@ -167,7 +167,7 @@ def test_audit_reads_globals_without_unpickling(tmp_path) -> None:
         path = tmp_path / f"p{protocol}.pt"
         torch.save({"x": [Planted(marker)]}, path, pickle_protocol=protocol)
         with pytest.raises(CheckpointError, match="posix.system"):
-            checkpoint.safe_torch_load(path)
+            pickle_audit.safe_torch_load(path)
     # ways around a naive audit: torch's legacy format (pickles back to back, or a pickle with a
     # zip appended so that the zip's directory is found at the end), a member named .PKL
     legacy = tmp_path / "legacy.pt"
@@ -183,11 +183,11 @@ def test_audit_reads_globals_without_unpickling(tmp_path) -> None:
     for path, reason in ((legacy, "not a torch zip file"), (appended, "not a torch zip file"),
                          (upper, "posix.system")):
         with pytest.raises(CheckpointError, match=reason):
-            checkpoint.audit_pickle(path)
+            pickle_audit.audit_pickle(path)
 
     torch.save({"state": {0: {"exp_avg": torch.zeros(3)}}, "rng": np.random.get_state()},
                tmp_path / "fine.pt")
-    checkpoint.audit_pickle(tmp_path / "fine.pt")
+    pickle_audit.audit_pickle(tmp_path / "fine.pt")
     assert not marker.exists()
 
 

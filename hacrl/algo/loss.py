@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -151,7 +151,9 @@ def aggregate(token_loss: Tensor, mask: Tensor, mode: str, denominator: float | 
 
 def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: int,
                 denominators: Denominators | None = None) -> LossOutput:
-    """Loss of one mini-batch (or, with `denominators`, one micro-batch's share of it).
+    """Loss of one mini-batch (or, with `denominators`, one micro-batch's share of it):
+
+        loss = -(J_homo + J_hete) + kl_coef * KL(own rows)
 
     Args:
         logp: [B, T] current log-probs of the rows' response tokens (with grad).
@@ -160,64 +162,102 @@ def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: i
         update_index: m, optimizer updates already made in this training step (from 0).
     """
     mask = batch.response_mask.to(logp.dtype)
-    cross, own_like = batch.cross, ~batch.cross
-    # Cross rows: s^(k,j) against the source's rollout policy, each mean in its own tokens.
-    # Own and Naive rows: GSPO's ratio against the target's own pre-update log-probs (old_logp),
-    # whatever source_mean_logp holds for them (Naive must not see the source's policy).
-    cross_log_s = sequence_log_ratio(logp, mask, batch.source_mean_logp)
-    own_log_s = masked_mean(token_log_ratio(logp, batch.old_logp), mask, dim=-1)
-    log_s = torch.where(cross, cross_log_s, own_log_s).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
-    s = log_s.exp()  # [B]
-
-    # Own (and Naive borrowed) rows: GSPO sequence ratio or GRPO token ratio.
-    if cfg.ratio == "sequence":
-        own_loss, own_clipped = clipped_surrogate_loss(s, batch.advantages, cfg.clip_low, cfg.clip_high)
-        own_token_loss = own_loss[:, None].expand_as(mask)
-        own_clip_frac = own_clipped.float()
-    elif cfg.ratio == "token":
-        log_r = token_log_ratio(logp, batch.old_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
-        own_token_loss, tok_clipped = clipped_surrogate_loss(
-            log_r.exp(), batch.advantages[:, None], cfg.clip_low, cfg.clip_high)
-        own_clip_frac = masked_mean(tok_clipped.float(), mask, dim=-1)
-    else:
-        raise ValueError(f"unknown ratio {cfg.ratio!r}; use 'sequence' or 'token'")
-
-    # Cross-agent rows: the borrowed objective's term (HACPO's stepwise-clipped, exponentially
-    # weighted, omega-modulated J_hete); computed for every row, used on cross rows.
+    s = _sequence_ratios(logp, mask, batch)  # [B]
+    own = _own_sample_term(logp, s, mask, batch, cfg)  # J_homo: own (and Naive borrowed) rows
+    # J_hete: the borrowed objective's term (HACPO's stepwise-clipped, exponentially weighted,
+    # omega-modulated cross-agent term); computed for every row, used on cross rows.
     lower = stepwise_lower_bound(update_index, cfg.delta, cfg.delta_step, cfg.stepwise)
-    cross_loss, cross_outside, extra = _borrowed_term(s, batch, cfg, lower)
+    borrowed = _borrowed_term(s, batch, cfg, lower)
 
-    token_loss = torch.where(cross[:, None], cross_loss[:, None].expand_as(mask), own_token_loss)
-    d = denominators
-    share = None if d is None else (d.rows if cfg.loss_agg == "seq-mean-token-mean" else d.tokens)
-    pg_loss = aggregate(token_loss, mask, cfg.loss_agg, share)
-    loss = pg_loss
-
-    kl_value = torch.zeros((), dtype=logp.dtype)
-    if cfg.kl_coef > 0 and batch.ref_logp is not None and bool(batch.own.any()):
-        kl_mask = mask * batch.own[:, None].to(mask.dtype)
-        kl_value = aggregate(low_variance_kl(logp, batch.ref_logp), kl_mask, "token-mean",
-                             None if d is None else d.own_tokens)
-        loss = loss + cfg.kl_coef * kl_value
+    token_loss = torch.where(batch.cross[:, None], borrowed.loss[:, None].expand_as(mask),
+                             own.token_loss)
+    pg_loss = aggregate(token_loss, mask, cfg.loss_agg, _policy_share(cfg, denominators))
+    kl = _kl_term(logp, mask, batch, cfg, denominators)
+    loss = pg_loss if kl is None else pg_loss + cfg.kl_coef * kl
 
     with torch.no_grad():
-        # With `denominators` the loss metrics (SHARES) are this micro-batch's share of the
-        # mini-batch's values, like the loss itself: engines add them up over micro-batches and
-        # ranks, exactly (a mean of micro-batch token-means would not be the mini-batch's).
-        s_own, s_cross = s[batch.own].detach(), s[cross].detach()
-        metrics = {
-            "loss/total": float(pg_loss + cfg.kl_coef * kl_value),
-            "loss/policy": float(pg_loss),
-            "loss/kl": float(kl_value),
-            "loss/own": float(masked_mean(own_token_loss[own_like], mask[own_like], -1).mean())
-            if bool(own_like.any()) else 0.0,
-            "loss/borrowed": float(cross_loss[cross].mean()) if bool(cross.any()) else 0.0,
-            "clip/own_frac": float(own_clip_frac[own_like].mean()) if bool(own_like.any()) else 0.0,
-            "clip/borrowed_frac": float(cross_outside[cross].float().mean()) if bool(cross.any()) else 0.0,
-            "clip/lower_bound": lower,
-            **extra,
-        }
+        kl_value = torch.zeros((), dtype=logp.dtype) if kl is None else kl
+        metrics = _metric_values(pg_loss, kl_value, mask, batch.cross, own, borrowed, cfg, lower)
+        s_own, s_cross = s[batch.own].detach(), s[batch.cross].detach()
     return _declared(LossOutput(loss=loss, metrics=metrics, s_homo=s_own, s_hete=s_cross), cfg)
+
+
+def _sequence_ratios(logp: Tensor, mask: Tensor, batch: LossBatch) -> Tensor:
+    """s [B], each row's sequence-level importance ratio, log clamped to +-LOG_RATIO_BOUND.
+
+    Cross rows: s^(k,j) against the source's rollout policy, each mean in its own tokens.
+    Own and Naive rows: GSPO's ratio against the target's own pre-update log-probs (old_logp),
+    whatever source_mean_logp holds for them (Naive must not see the source's policy).
+    """
+    cross_log_s = sequence_log_ratio(logp, mask, batch.source_mean_logp)
+    own_log_s = masked_mean(token_log_ratio(logp, batch.old_logp), mask, dim=-1)
+    log_s = torch.where(batch.cross, cross_log_s, own_log_s).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    return log_s.exp()
+
+
+class OwnSampleTerm(NamedTuple):
+    """The clipped surrogate of own (and Naive borrowed) rows, computed for every row.
+    token_loss: [B, T]; clip_frac: [B] fraction of each row that the clip cut off."""
+
+    token_loss: Tensor
+    clip_frac: Tensor
+
+
+def _own_sample_term(logp: Tensor, s: Tensor, mask: Tensor, batch: LossBatch,
+                     cfg: LossConfig) -> OwnSampleTerm:
+    """J_homo per token: GSPO's clipped sequence ratio `s` spread over the row's tokens, or
+    GRPO's clipped per-token ratio."""
+    if cfg.ratio == "sequence":
+        row_loss, clipped = clipped_surrogate_loss(s, batch.advantages, cfg.clip_low, cfg.clip_high)
+        return OwnSampleTerm(row_loss[:, None].expand_as(mask), clipped.float())
+    if cfg.ratio == "token":
+        log_r = token_log_ratio(logp, batch.old_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+        token_loss, tok_clipped = clipped_surrogate_loss(
+            log_r.exp(), batch.advantages[:, None], cfg.clip_low, cfg.clip_high)
+        return OwnSampleTerm(token_loss, masked_mean(tok_clipped.float(), mask, dim=-1))
+    raise ValueError(f"unknown ratio {cfg.ratio!r}; use 'sequence' or 'token'")
+
+
+def _policy_share(cfg: LossConfig, denominators: Denominators | None) -> float | None:
+    """The mini-batch denominator of the policy loss (rows or tokens, by `cfg.loss_agg`)."""
+    if denominators is None:
+        return None
+    return denominators.rows if cfg.loss_agg == "seq-mean-token-mean" else denominators.tokens
+
+
+def _kl_term(logp: Tensor, mask: Tensor, batch: LossBatch, cfg: LossConfig,
+             denominators: Denominators | None) -> Tensor | None:
+    """KL(own rows): the low-variance KL to the reference policy, token-mean over own rows'
+    tokens; None when there is no KL term (kl_coef 0, no reference, no own row)."""
+    if not (cfg.kl_coef > 0 and batch.ref_logp is not None and bool(batch.own.any())):
+        return None
+    kl_mask = mask * batch.own[:, None].to(mask.dtype)
+    return aggregate(low_variance_kl(logp, batch.ref_logp), kl_mask, "token-mean",
+                     None if denominators is None else denominators.own_tokens)
+
+
+def _metric_values(pg_loss: Tensor, kl_value: Tensor, mask: Tensor, cross: Tensor,
+                   own: OwnSampleTerm, borrowed: BorrowedTerm, cfg: LossConfig,
+                   lower: float) -> dict[str, float]:
+    """The metrics of `LOSS_METRICS` and the borrowed objective's own (call without grad).
+
+    With `denominators` the loss metrics (SHARES) are this micro-batch's share of the
+    mini-batch's values, like the loss itself: engines add them up over micro-batches and
+    ranks, exactly (a mean of micro-batch token-means would not be the mini-batch's).
+    """
+    own_like = ~cross
+    return {
+        "loss/total": float(pg_loss + cfg.kl_coef * kl_value),
+        "loss/policy": float(pg_loss),
+        "loss/kl": float(kl_value),
+        "loss/own": float(masked_mean(own.token_loss[own_like], mask[own_like], -1).mean())
+        if bool(own_like.any()) else 0.0,
+        "loss/borrowed": float(borrowed.loss[cross].mean()) if bool(cross.any()) else 0.0,
+        "clip/own_frac": float(own.clip_frac[own_like].mean()) if bool(own_like.any()) else 0.0,
+        "clip/borrowed_frac": float(borrowed.outside[cross].float().mean()) if bool(cross.any()) else 0.0,
+        "clip/lower_bound": lower,
+        **borrowed.metrics,
+    }
 
 
 def _declared(out: LossOutput, cfg: LossConfig) -> LossOutput:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _train(overrides: list[str], dry: bool = False, dry_dir: str | None = None) -> int:
@@ -198,56 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="hacrl", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train one job: hacrl train [hydra overrides]")
-    train.add_argument("overrides", nargs="*", help="e.g. pair=size method=hacpo seed=1")
-    train.add_argument("--dry-run", action="store_true",
-                       help="compose and validate everything (engine=verl: build each agent's "
-                       "verl config through verl's own classes), then stop")
-    train.add_argument("--dry-run-dir", default=None,
-                       help="with --dry-run: write the per-agent configs here")
-    ev = sub.add_parser("eval", help="evaluate a catalog model, a checkpoint or an agent run on the "
-                        "configured benchmarks through lm-eval; scores go to MLflow")
-    ev.add_argument("--model", help="catalog model before training, e.g. qwen3-4b-base")
-    ev.add_argument("--checkpoint", help="a model directory, e.g. a job's .../ckpt/step_N/<agent>")
-    ev.add_argument("--run", help="MLflow run id of a training job's agent run")
-    ev.add_argument("--force", action="store_true", help="re-evaluate even if already logged")
-    ev.add_argument("--limit", type=int, default=None,
-                    help="first N problems per benchmark (quick checks only)")
-    ev.add_argument("overrides", nargs="*", help="hydra overrides, e.g. protocol=ablation scale=paper")
-    sweep = sub.add_parser("sweep", help="run a paper sweep (sweeps/<name>.yaml): hacrl sweep "
-                           "table1 [overrides], e.g. scale=paper launcher=slurm")
-    sweep.add_argument("name", help="table1 table2 table3 alpha seeds cost table9 figure3 "
-                       "schedules paper")
-    sweep.add_argument("overrides", nargs="*")
-    status = sub.add_parser("status", help="the table of a sweep's cells (while it runs or after)")
-    status.add_argument("name")
-    status.add_argument("overrides", nargs="*", help="e.g. output_root=... (where it ran)")
-    from hacrl.cli.data import add_parser as add_data_parser
-    from hacrl.cli.report import add_parsers as add_analysis_parsers
-
-    add_analysis_parsers(sub)
-    add_data_parser(sub)
-    zoo = sub.add_parser("zoo", help="the tiny model zoo")
-    zoo_sub = zoo.add_subparsers(dest="zoo_command", required=True)
-    build = zoo_sub.add_parser("build", help="build (or complete) the tiny zoo")
-    build.add_argument("names", nargs="*", help="models to build (default: all)")
-    build.add_argument("--root", default=None, help="zoo directory (default: $HACRL_ZOO_DIR or "
-                       "~/.cache/hacrl/zoo/v1)")
-    build.add_argument("--seed", type=int, default=0)
-    build.add_argument("--workers", type=int, default=2)
-    build.add_argument("--force", action="store_true", help="rebuild models already built")
-    ui = sub.add_parser("ui", help="serve the MLflow UI for the store on 127.0.0.1")
-    ui.add_argument("--outputs", default=os.environ.get("HACRL_OUTPUTS", "outputs"))
-    ui.add_argument("--uri", default=None, help="tracking URI (default: the job store)")
-    ui.add_argument("--port", type=int, default=5000)
-    bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
-    step = bench_sub.add_parser("step", help="one step of gspo_x2 vs hacpo, phase by phase")
-    step.add_argument("overrides", nargs="*", help="hydra overrides (default: tiny size pair)")
-    step.add_argument("--repeats", type=int, default=3)
-
+    parser = _parser()
     args, unknown = parser.parse_known_args(argv)
     if args.command == "train":
         return _train([*args.overrides, *unknown], args.dry_run, args.dry_run_dir)
@@ -272,6 +224,88 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "ui":
         return _ui(args)
     return _bench(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The `hacrl` parser: one subcommand each, in the order `hacrl --help` lists them."""
+    from hacrl.cli.data import add_parser as add_data_parser
+    from hacrl.cli.report import add_parsers as add_analysis_parsers
+
+    parser = argparse.ArgumentParser(prog="hacrl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_train_parser(sub)
+    _add_eval_parser(sub)
+    _add_sweep_parser(sub)
+    _add_status_parser(sub)
+    add_analysis_parsers(sub)
+    add_data_parser(sub)
+    _add_zoo_parser(sub)
+    _add_ui_parser(sub)
+    _add_bench_parser(sub)
+    return parser
+
+
+def _add_train_parser(sub: Any) -> None:
+    train = sub.add_parser("train", help="train one job: hacrl train [hydra overrides]")
+    train.add_argument("overrides", nargs="*", help="e.g. pair=size method=hacpo seed=1")
+    train.add_argument("--dry-run", action="store_true",
+                       help="compose and validate everything (engine=verl: build each agent's "
+                       "verl config through verl's own classes), then stop")
+    train.add_argument("--dry-run-dir", default=None,
+                       help="with --dry-run: write the per-agent configs here")
+
+
+def _add_eval_parser(sub: Any) -> None:
+    ev = sub.add_parser("eval", help="evaluate a catalog model, a checkpoint or an agent run on the "
+                        "configured benchmarks through lm-eval; scores go to MLflow")
+    ev.add_argument("--model", help="catalog model before training, e.g. qwen3-4b-base")
+    ev.add_argument("--checkpoint", help="a model directory, e.g. a job's .../ckpt/step_N/<agent>")
+    ev.add_argument("--run", help="MLflow run id of a training job's agent run")
+    ev.add_argument("--force", action="store_true", help="re-evaluate even if already logged")
+    ev.add_argument("--limit", type=int, default=None,
+                    help="first N problems per benchmark (quick checks only)")
+    ev.add_argument("overrides", nargs="*", help="hydra overrides, e.g. protocol=ablation scale=paper")
+
+
+def _add_sweep_parser(sub: Any) -> None:
+    sweep = sub.add_parser("sweep", help="run a paper sweep (sweeps/<name>.yaml): hacrl sweep "
+                           "table1 [overrides], e.g. scale=paper launcher=slurm")
+    sweep.add_argument("name", help="table1 table2 table3 alpha seeds cost table9 figure3 "
+                       "schedules paper")
+    sweep.add_argument("overrides", nargs="*")
+
+
+def _add_status_parser(sub: Any) -> None:
+    status = sub.add_parser("status", help="the table of a sweep's cells (while it runs or after)")
+    status.add_argument("name")
+    status.add_argument("overrides", nargs="*", help="e.g. output_root=... (where it ran)")
+
+
+def _add_zoo_parser(sub: Any) -> None:
+    zoo = sub.add_parser("zoo", help="the tiny model zoo")
+    zoo_sub = zoo.add_subparsers(dest="zoo_command", required=True)
+    build = zoo_sub.add_parser("build", help="build (or complete) the tiny zoo")
+    build.add_argument("names", nargs="*", help="models to build (default: all)")
+    build.add_argument("--root", default=None, help="zoo directory (default: $HACRL_ZOO_DIR or "
+                       "~/.cache/hacrl/zoo/v1)")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--workers", type=int, default=2)
+    build.add_argument("--force", action="store_true", help="rebuild models already built")
+
+
+def _add_ui_parser(sub: Any) -> None:
+    ui = sub.add_parser("ui", help="serve the MLflow UI for the store on 127.0.0.1")
+    ui.add_argument("--outputs", default=os.environ.get("HACRL_OUTPUTS", "outputs"))
+    ui.add_argument("--uri", default=None, help="tracking URI (default: the job store)")
+    ui.add_argument("--port", type=int, default=5000)
+
+
+def _add_bench_parser(sub: Any) -> None:
+    bench = sub.add_parser("bench", help="benchmarks that print figures")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    step = bench_sub.add_parser("step", help="one step of gspo_x2 vs hacpo, phase by phase")
+    step.add_argument("overrides", nargs="*", help="hydra overrides (default: tiny size pair)")
+    step.add_argument("--repeats", type=int, default=3)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,9 @@ from transformers.utils import logging as hf_logging
 
 from hacrl.algo import Denominators, LossBatch
 from hacrl.algo.metrics import add_micro_batch
-from hacrl.checkpoint import safe_torch_load
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, register_engine
 from hacrl.engines.sampling import hf_sample
+from hacrl.pickle_audit import safe_torch_load
 from hacrl.rollout import SamplingParams, TokenView, eos_id
 from hacrl.telemetry import peak_memory_metrics
 
