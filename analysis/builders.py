@@ -1,12 +1,12 @@
 """Every table and figure of the report, registered: importing this module imports the modules
-whose decorators fill `analysis.registry` (kept apart so the registry imports no builder)."""
+whose decorators fill `analysis.table_registry` (kept apart so the registry imports no builder)."""
 
 from __future__ import annotations
 
 import analysis.figures  # noqa: F401  (registers figures)
 import analysis.tables_accuracy  # noqa: F401  (registers tables)
 import analysis.tables_cost  # noqa: F401  (registers tables)
-from analysis.registry import FIGURES, TABLES, FigureBuilder, TableBuilder
+from analysis.table_registry import FIGURES, TABLES, FigureBuilder, TableBuilder
 
 
 def registered() -> tuple[dict[str, TableBuilder], dict[str, FigureBuilder]]:

@@ -1,7 +1,7 @@
 """The paper's figures (2, 3, the alpha ablation) and the ones a reader wants besides (schedule
 heatmaps, P_k and omega, s_hete, reward and response length over steps). Each builder returns a
 matplotlib Figure (or None when nothing of it has run), registered under its key
-(`analysis.registry`); `report` saves PNG and SVG."""
+(`analysis.table_registry`); `report` saves PNG and SVG."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from analysis.cell_values import curve_run, find  # noqa: E402
 from analysis.context import Context, Pair  # noqa: E402
 from analysis.reference import METHOD_LABELS, paper  # noqa: E402
-from analysis.registry import register_figure  # noqa: E402
+from analysis.table_registry import register_figure  # noqa: E402
 
 COLORS = {"hacpo": "#d62728", "gspo": "#1f77b4", "gspo_x2": "#2ca02c", "naive": "#9467bd",
           "grpo": "#8c564b", "hacpo_no_stepwise": "#ff7f0e", "hacpo_no_clip": "#7f7f7f"}

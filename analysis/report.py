@@ -15,7 +15,7 @@ can be browsed in the MLflow UI next to the runs it summarises.
 What it reads: the store, and the sweep's record (`hacrl.schema.sweep_manifest.SweepManifest`:
 cells, the tables and figures the sweep names, the sweeps' grids), which the command on top
 hands in (`hacrl.cli.sweep_report`); never the sweep's code. The tables and figures are the
-builders registered under those keys (`analysis.registry`).
+builders registered under those keys (`analysis.table_registry`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from omegaconf import DictConfig
 from analysis import claims as claims_mod
 from analysis.builders import registered, unknown_keys
 from analysis.context import Context
-from analysis.registry import figure_order, table_order
 from analysis.store import Store
 from analysis.table import Table
+from analysis.table_registry import figure_order, table_order
 from hacrl.errors import ConfigError, OutputError, StoreError
 from hacrl.layout import Layout
 from hacrl.schema import tags as T

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from hacrl.schema import tags as T
-from hacrl.schema.metrics import REPORTED_PREFIXES
+from hacrl.schema.metric_names import REPORTED_PREFIXES
 
 TAGS = (T.KIND, T.METHOD, T.MODEL, T.PAIR, T.SETTING, T.SEED, T.SCALE, T.CONFIG_HASH, T.CELL,
         T.MODEL_PATH, T.PARENT, T.TIMING_REPEAT, T.RUN_NAME)

@@ -7,8 +7,8 @@ import statistics
 from analysis.cell_values import Value
 from analysis.context import Context
 from analysis.reference import BENCHMARKS, LABELS, METHOD_LABELS, benchmark_values, paper
-from analysis.registry import register_table
 from analysis.table import Entry, Table
+from analysis.table_registry import register_table
 
 PRINTED_AVG_TOLERANCE = 0.0015  # PAPER.md: printed AVGs off by more than this are quirks
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from analysis.cell_values import Value, curve_run, find, run_value
 from analysis.context import Context, Pair
 from analysis.reference import METHOD_LABELS, paper
-from analysis.registry import register_table
 from analysis.table import Entry, Table
+from analysis.table_registry import register_table
 from hacrl.algo.methods import METHODS
 from hacrl.schema import tags as T
 

@@ -195,3 +195,14 @@ def test_the_walk_sees_function_level_and_package_imports(tmp_path: Path) -> Non
     assert edges["hacrl.job"] == {"hacrl.evaluation", "hacrl.evaluation.greedy"}
     assert violations(edges) == ["hacrl.algo.x (algo) imports hacrl.job (job)"]
     assert cycles(edges) == [["hacrl.algo.x", "hacrl.evaluation.greedy", "hacrl.job"]]
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """A name says what a module is: two `config.py` (or `cli.py`, `job.py` ...) doing
+    different things send a reader to the wrong file (package `__init__`/`__main__` aside)."""
+    seen: dict[str, list[str]] = defaultdict(list)
+    for module, path in modules().items():
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen[path.stem].append(module)
+    shared = {name: found for name, found in seen.items() if len(found) > 1}
+    assert not shared, shared

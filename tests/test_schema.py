@@ -16,7 +16,7 @@ from hacrl.schema import tags as T
 
 ROOT = Path(__file__).resolve().parents[1]
 # the checkpoint module is the home of what lies inside a checkpoint step folder
-HOMES = {"hacrl/schema/tags.py", "hacrl/schema/metrics.py", "hacrl/layout.py", "hacrl/checkpoint.py"}
+HOMES = {"hacrl/schema/tags.py", "hacrl/schema/metric_names.py", "hacrl/layout.py", "hacrl/checkpoint.py"}
 TAG_NAMES = {v for k, v in vars(T).items() if k.isupper() and isinstance(v, str)
              and (v.startswith(("hacrl.", "mlflow.")) or v == T.CONFIG_HASH)}
 PATH_NAMES = {"mlflow.db", "mlartifacts", "runs", "sweeps", "reports", "plots", "DONE.json",

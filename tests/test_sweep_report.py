@@ -88,7 +88,7 @@ def test_manifest_round_trips_and_an_old_one_still_reads(tmp_path: Path) -> None
 
 def test_tables_and_figures_are_registered_by_key() -> None:
     from analysis.builders import registered, unknown_keys
-    from analysis.registry import TABLES, register_table, table_order
+    from analysis.table_registry import TABLES, register_table, table_order
 
     tables, figures = registered()
     assert set(tables) == {"table1", "table2", "table3", "table4", "table5", "table6", "table7",

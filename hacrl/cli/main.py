@@ -210,7 +210,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "status":
         return _status(args, [*args.overrides, *unknown])
     if args.command in ("report", "plot"):
-        from hacrl.cli.report import run as run_analysis
+        from hacrl.cli.analysis_commands import run as run_analysis
 
         return run_analysis(args, [*args.overrides, *unknown])
     if args.command == "data":
@@ -228,8 +228,8 @@ def _main(argv: list[str] | None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     """The `hacrl` parser: one subcommand each, in the order `hacrl --help` lists them."""
+    from hacrl.cli.analysis_commands import add_parsers as add_analysis_parsers
     from hacrl.cli.data import add_parser as add_data_parser
-    from hacrl.cli.report import add_parsers as add_analysis_parsers
 
     parser = argparse.ArgumentParser(prog="hacrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

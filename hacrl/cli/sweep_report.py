@@ -50,7 +50,7 @@ def sweep_definition(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Defini
             kind, key, choices = unknown[0]
             raise ConfigError(f"{named.file}: hydra.sweeper.report.{kind}: {key!r} is not a "
                               f"registered {kind[:-1]}; choose from {', '.join(choices)} (or "
-                              "register a builder in analysis/, see analysis/registry.py)")
+                              "register a builder in analysis/, see analysis/table_registry.py)")
     return Definition(list(dict.fromkeys(t for k in keys for t in k.tables)),
                       list(dict.fromkeys(f for k in keys for f in k.figures)), all_grids(dirs))
 

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from hacrl.evaluation.lmeval import Backend, EvalOutcome, run_lm_eval, write_samples
 from hacrl.evaluation.protocol import Protocol
 from hacrl.layout import RunDir
-from hacrl.schema import metrics as M
+from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
 from hacrl.tracking import Tracker
 

@@ -37,7 +37,7 @@ from hacrl.job.runs import carry_over, finish, finished_job_run, previous_job_ru
 from hacrl.layout import RunDir, TeamDir
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.mlflow_store import resolve_uri
-from hacrl.schema import metrics as M
+from hacrl.schema import metric_names as M
 from hacrl.tasks import grader, load_problems
 from hacrl.telemetry import peak_memory_metrics
 from hacrl.tracking import Tracker

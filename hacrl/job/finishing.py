@@ -20,7 +20,7 @@ from hacrl.config import JobSpec
 from hacrl.evaluation.runner import evaluate_into_run, latest_checkpoint, target_from_model
 from hacrl.job.runs import agent_runs_of, finish, identity_tags, newest_unfinished_job_run
 from hacrl.layout import TeamDir
-from hacrl.schema import metrics as M
+from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
 from hacrl.tracking import Tracker
 

@@ -18,7 +18,7 @@ from hacrl.evaluation.greedy import greedy_accuracy
 from hacrl.events import CheckpointDue, Event, StepDone, TrainingStarts, ValidationDue
 from hacrl.layout import TeamDir
 from hacrl.loop import Agent, TeamLoop
-from hacrl.schema import metrics as M
+from hacrl.schema import metric_names as M
 from hacrl.tasks import Grader
 from hacrl.tracking import Tracker
 

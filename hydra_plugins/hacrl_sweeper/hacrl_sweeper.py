@@ -25,7 +25,7 @@ class HacrlSweeperConf:
     include: List[str] = field(default_factory=list)  # noqa: UP006 (OmegaConf schema)
     grids: List[Any] = field(default_factory=list)  # noqa: UP006
     # what the report of this sweep holds: {tables: [table1, ...], figures: [figure2, ...]}
-    # (keys registered in analysis/registry.py; read from the sweep file, not from here)
+    # (keys registered in analysis/table_registry.py; read from the sweep file, not from here)
     report: Any = field(default_factory=dict)
     # jobs at a time with a local launcher; "auto" sizes it to the cores and memory
     parallel: Any = "auto"
