@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from hacrl.algo import METHODS, LossConfig, MethodSpec
 from hacrl.algo.registry import AdvantageEstimator, get_advantage, get_borrowed
 from hacrl.checkpoint import damaged_weights
 from hacrl.errors import ConfigError as ConfigError  # re-exported: callers import it here
+from hacrl.layout import Layout
 from hacrl.settings import method_settings
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "experiments"
@@ -158,7 +158,7 @@ def validate(cfg: DictConfig) -> JobSpec:
     _task_check(cfg)
     resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     assert isinstance(resolved, DictConfig)
-    output_root = Path(os.path.expanduser(str(cfg.output_root))).resolve()
+    output_root = Layout.at(cfg.output_root).root
     return JobSpec(resolved, method, specs, loss, output_root, config_hash(cfg))
 
 
