@@ -164,7 +164,15 @@ def test_first_updates_agree_with_the_local_engine(verl_engine, micro_zoo: Path,
     moved = 0.0
     for name, value in local.model.state_dict().items():
         if name in after:
-            assert torch.allclose(value.float(), after[name], atol=TOL), name
+            # Adam's first steps move a weight by about lr * g / |g|: where a gradient entry is
+            # near 0 the two engines' last-bit differences can tip it (seen: 1 entry of 1024 off
+            # by 1.3e-5 with lr=1e-3 on one CPU, none on another). So: nearly every entry to
+            # TOL, and every entry to a small fraction of one step; a wrong loss or gradient
+            # moves many entries by about lr.
+            diff = (value.float() - after[name]).abs()
+            lr = float(cfg.train.lr)
+            assert int((diff > TOL).sum()) <= max(1, diff.numel() // 500), (name, float(diff.max()))
+            assert float(diff.max()) <= 0.05 * lr, (name, float(diff.max()))
             moved = max(moved, float((value.float() - _state(micro_zoo / AGENT)[name]).abs().max()))
     assert moved > 1e-4, "the updates did not move the parameters"
 
