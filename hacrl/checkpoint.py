@@ -20,7 +20,6 @@ Why this shape:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ import numpy as np
 import torch
 
 from hacrl.errors import CheckpointError
+from hacrl.fileio import sha256_file
 from hacrl.pickle_audit import PICKLED, audit_pickle, looks_pickled
 
 FORMAT = 2
@@ -130,20 +130,12 @@ def damaged_weights(model_dir: Path) -> str | None:
 # -- writing --------------------------------------------------------------------------------------
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _digest(path: Path) -> str | None:
     """sha256 of files up to HASH_LIMIT; larger ones (paper-scale shards, many GB) are
     recorded by size only: hashing them would cost minutes per save and per resume, and their
     loaders read only tensors (safetensors) or audited pickles, so a hash would only catch bit
     rot, while the size catches the truncation that kills and full disks cause."""
-    return sha256(path) if path.stat().st_size <= HASH_LIMIT else None
+    return sha256_file(path) if path.stat().st_size <= HASH_LIMIT else None
 
 
 def _files(folder: Path) -> list[Path]:
@@ -217,7 +209,7 @@ def verify(folder: Path) -> None:
             raise CheckpointError(f"{path} is missing")
         if path.stat().st_size != size:
             raise CheckpointError(f"{path} has {path.stat().st_size} bytes, {size} were written")
-        if digest is not None and sha256(path) != digest:
+        if digest is not None and sha256_file(path) != digest:
             raise CheckpointError(f"{path} changed since it was written (sha256 differs)")
     for path in _files(folder):
         if str(path.relative_to(folder)) not in files:

@@ -144,14 +144,14 @@ def planted_pickle(c: Campaign) -> None:
 
     import torch
 
-    from hacrl import checkpoint
+    from hacrl.fileio import sha256_file
 
     for folder in root.glob("runs/*/team-0/ckpt/step_*"):
         for agent in folder.iterdir():
             if (agent / "optimizer.pt").is_file():
                 torch.save({"state": Planted()}, agent / "optimizer.pt")
         record = json.loads((folder / "COMPLETE").read_text())
-        record["files"] = {str(p.relative_to(folder)): [p.stat().st_size, checkpoint.sha256(p)]
+        record["files"] = {str(p.relative_to(folder)): [p.stat().st_size, sha256_file(p)]
                            for p in folder.rglob("*") if p.is_file() and p.name != "COMPLETE"}
         (folder / "COMPLETE").write_text(json.dumps(record))
     for done in root.glob("runs/*/team-*/DONE.json"):
@@ -256,7 +256,7 @@ def dead_node(c: Campaign) -> None:
     (configs / "sweep" / "mini.yaml").write_text(MINI)
     root = c.root("dead-node")
     sweep(c, root, configs, HACRL_FAULT="final_checkpoint")  # a cell with a RUNNING-then-dead job
-    from hacrl.sweep.state import write_json
+    from hacrl.fileio import write_json
     from hacrl.tracking import Tracker
 
     (state,) = (root / "sweeps" / "mini" / "cells").glob("*.json")

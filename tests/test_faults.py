@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 from hacrl import checkpoint, pickle_audit
 from hacrl.errors import CheckpointError
 from hacrl.faults import FINISHING
+from hacrl.fileio import sha256_file
 
 # a job with no evaluation and no validation: seconds, and the checkpoint logic is all there
 QUICK = ("train.steps=2", "train.save_every=1", "train.prompts_per_step=2",
@@ -128,7 +129,7 @@ class Planted:
 def _rewrite_record(folder: Path) -> None:
     """What an attacker with write access would do: make the COMPLETE record match."""
     record = json.loads((folder / "COMPLETE").read_text())
-    record["files"] = {str(p.relative_to(folder)): [p.stat().st_size, checkpoint.sha256(p)]
+    record["files"] = {str(p.relative_to(folder)): [p.stat().st_size, sha256_file(p)]
                        for p in folder.rglob("*") if p.is_file() and p.name != "COMPLETE"}
     (folder / "COMPLETE").write_text(json.dumps(record))
 
@@ -392,7 +393,8 @@ def _tracker(root: Path):
     {"host": "this", "pid": 2**22 + 7},                       # no such process
 ])
 def test_a_dead_cell_expires_and_its_runs_are_killed(new_output_root, state, capsys):
-    from hacrl.sweep.state import cell_state_path, cell_status, write_json
+    from hacrl.fileio import write_json
+    from hacrl.sweep.state import cell_state_path, cell_status
 
     root = new_output_root()
     sweep_dir = root / "sweeps" / "x"
@@ -412,7 +414,8 @@ def test_a_dead_cell_expires_and_its_runs_are_killed(new_output_root, state, cap
 
 
 def test_a_live_cell_elsewhere_still_counts_as_running(new_output_root):
-    from hacrl.sweep.state import cell_state_path, cell_status, write_json
+    from hacrl.fileio import write_json
+    from hacrl.sweep.state import cell_state_path, cell_status
 
     root = new_output_root()
     sweep_dir = root / "sweeps" / "x"

@@ -16,7 +16,7 @@ PACKAGES = ("hacrl", "analysis", "hydra_plugins")
 
 # bottom to top; a module belongs to the longest prefix that names it ("hacrl" alone: the root)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaves", ("hacrl", "hacrl.errors", "hacrl.faults", "hacrl.layout", "hacrl.schema")),
+    ("leaves", ("hacrl", "hacrl.errors", "hacrl.faults", "hacrl.fileio", "hacrl.layout", "hacrl.schema")),
     ("algo", ("hacrl.algo",)),
     ("primitives", ("hacrl.rollout", "hacrl.telemetry", "hacrl.verify", "hacrl.arith")),
     ("resources", ("hacrl.data", "hacrl.tasks", "hacrl.zoo", "hacrl.checkpoint",

@@ -6,19 +6,15 @@ tell a complete, untouched copy from a partial, edited or outdated one without t
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hacrl.data.sources import Source
+from hacrl.fileio import sha256_file
 
-__all__ = ["LocalState", "atomic_write", "data_path", "inspect", "meta_path", "read_meta",
-           "sha256_file"]
+__all__ = ["LocalState", "data_path", "inspect", "meta_path", "read_meta"]
 
 META_VERSION = 1
 
@@ -29,29 +25,6 @@ def data_path(root: Path, name: str) -> Path:
 
 def meta_path(root: Path, name: str) -> Path:
     return root / f"{name}.meta.json"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def atomic_write(path: Path, lines: Iterable[str]) -> None:
-    """Write `path` through a temporary file in the same directory, then rename it into place,
-    so a crash or a full disk never leaves a half-written file under the final name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for line in lines:
-                f.write(line)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_meta(root: Path, name: str) -> dict[str, Any] | None:

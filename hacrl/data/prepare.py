@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hacrl.data.convert import convert_rows, synthetic_rows
-from hacrl.data.files import META_VERSION, atomic_write, data_path, inspect, meta_path
+from hacrl.data.files import META_VERSION, data_path, inspect, meta_path
 from hacrl.data.sources import (
     DataError,
     HubUnreachable,
@@ -28,6 +28,7 @@ from hacrl.data.sources import (
     load_sources,
 )
 from hacrl.errors import ConfigError
+from hacrl.fileio import write_atomic
 
 __all__ = ["PrepareResult", "prepare", "prepare_source", "select_sources"]
 
@@ -141,7 +142,7 @@ def prepare_source(source: Source, root: Path, instruction: str,
     # Drop the old meta first: a crash between the two writes then leaves a file without meta
     # (re-prepared next time), never a new file described by an old meta.
     meta_path(root, source.name).unlink(missing_ok=True)
-    atomic_write(path, lines)
+    write_atomic(path, lines)
     meta = {
         "format": META_VERSION,
         "name": source.name,
@@ -156,7 +157,7 @@ def prepare_source(source: Source, root: Path, instruction: str,
         "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "identity": source.identity(instruction),
     }
-    atomic_write(meta_path(root, source.name), [json.dumps(meta, indent=2) + "\n"])
+    write_atomic(meta_path(root, source.name), [json.dumps(meta, indent=2) + "\n"])
     return PrepareResult(source.name, path, len(rows), sha, "written")
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from hacrl import checkpoint, faults
 from hacrl.config import JobSpec
 from hacrl.evaluation.runner import evaluate_into_run, latest_checkpoint, target_from_model
+from hacrl.fileio import write_atomic
 from hacrl.job.runs import agent_runs_of, finish, identity_tags, newest_unfinished_job_run
 from hacrl.layout import TeamDir
 from hacrl.schema import metric_names as M
@@ -33,16 +34,9 @@ def finished(team: TeamDir, steps: int) -> dict[str, Any] | None:
     return checkpoint.read_done(team.done, steps)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Readers see the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def mark_done(team: TeamDir, record: dict[str, Any]) -> None:
     """The team's DONE.json: it trained and was evaluated (the last step before the runs end)."""
-    team.path.mkdir(parents=True, exist_ok=True)  # steps=0 (evaluation only) saved nothing yet
+    # (the team's folder is made here when steps=0, evaluation only, saved nothing)
     write_atomic(team.done, json.dumps(record, indent=1))
     faults.point("done_json")
 

@@ -26,7 +26,6 @@ are refused in a cell (the manifest is from another hacrl) and ignored at the to
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -34,9 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.errors import HacrlError
+from hacrl.fileio import write_json
+from hacrl.layout import SweepDir
 
 FORMAT = 2
-FILE_NAME = "manifest.json"
+FILE_NAME = SweepDir(Path()).manifest.name  # for messages about a manifest of unknown folder
 
 
 @dataclass
@@ -77,18 +78,14 @@ class SweepManifest:
 
 
 def manifest_path(sweep_dir: Path) -> Path:
-    return sweep_dir / FILE_NAME
+    return SweepDir(sweep_dir).manifest
 
 
 def write_manifest(sweep_dir: Path, manifest: SweepManifest) -> None:
     """Write `manifest` into the sweep folder atomically (a reader never sees half a file)."""
-    path = manifest_path(sweep_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = asdict(manifest)
     data["created"] = manifest.created or time.time()
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
+    write_json(manifest_path(sweep_dir), data)
 
 
 def read_manifest(sweep_dir: Path) -> SweepManifest | None:

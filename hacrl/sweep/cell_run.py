@@ -16,12 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from hacrl.sweep.state import (
-    HEARTBEAT_S,
-    cell_state_path,
-    read_json,
-    write_json,
-)
+from hacrl.fileio import write_json
+from hacrl.sweep.state import HEARTBEAT_S, cell_state_path, read_json
 from hacrl.tracking import process_token
 
 

@@ -20,11 +20,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hacrl.errors import check_writable
+from hacrl.fileio import write_json
 from hacrl.layout import Layout, SweepDir
 from hacrl.mlflow_store import check_store, resolve_uri
 from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
 from hacrl.sweep.grid import SWEEP_DIR, Cell, Expansion, all_grids, expand, load_report_keys
-from hacrl.sweep.state import DEADLINE_S, cell_status, format_table, write_json
+from hacrl.sweep.state import DEADLINE_S, cell_status, format_table
 from hacrl.tracking import Tracker
 
 LOCAL_LAUNCHERS = ("LocalLauncher", "BasicLauncher")

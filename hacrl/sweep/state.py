@@ -23,7 +23,6 @@ verdict never makes two trainers; otherwise the new job marks the old runs KILLE
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.checkpoint import read_done
-from hacrl.layout import RunDir
+from hacrl.layout import RunDir, SweepDir
 from hacrl.schema import tags as T
 from hacrl.schema.sweep_manifest import SweepManifest, read_manifest
 from hacrl.sweep.grid import Cell
@@ -42,15 +41,7 @@ DEADLINE_S = 300.0   # ... and counts as dead on another host after this long wi
 
 
 def cell_state_path(sweep_dir: Path, cell_id: str) -> Path:
-    return sweep_dir / "cells" / f"{cell_id}.json"
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
+    return SweepDir(sweep_dir).cell_state(cell_id)
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -1,0 +1,44 @@
+"""Files written whole or not at all, and their hashes (leaf: the standard library only).
+
+Every file hacrl writes that another process reads while it may be rewritten (DONE.json, sweep
+state and manifest, prepared data) goes through `write_atomic`: a temporary file in the same
+folder, renamed over the final name, so a reader or a crash never meets half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: Path, content: str | Iterable[str]) -> None:
+    """Write `content` (text, or pieces of it written in turn) to `path` through a temporary
+    file beside it; the parent folder is made if needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for piece in [content] if isinstance(content, str) else content:
+                f.write(piece)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    """`data` as indented JSON, atomically (values JSON cannot hold are written as text)."""
+    write_atomic(path, json.dumps(data, indent=1, default=str))
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
