@@ -202,8 +202,9 @@ def _batch_check(cfg: DictConfig, method: MethodSpec, estimator: AdvantageEstima
         raise ConfigError(f"train.minibatch_prompts={mb} (method={name}: {effective} per update) "
                           f"does not divide train.prompts_per_step={prompts}; pick a divisor of {prompts}")
     if method.group_size(cfg.train.rollouts_per_prompt) < estimator.min_group:
-        raise ConfigError(f"train.rollouts_per_prompt={cfg.train.rollouts_per_prompt}: the {method.advantage} "
-                          f"advantage needs >= {estimator.min_group} rollouts per prompt")
+        raise ConfigError(f"train.rollouts_per_prompt={cfg.train.rollouts_per_prompt}: a group-relative "
+                          f"advantage needs >= {estimator.min_group} rollouts per prompt (method={name}: "
+                          f"{method.advantage})")
 
 
 def _hyperparameter_check(cfg: DictConfig) -> None:

@@ -16,12 +16,24 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it; set back at once (this runs at import)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
 def write_atomic(path: Path, content: str | Iterable[str]) -> None:
     """Write `content` (text, or pieces of it written in turn) to `path` through a temporary
     file beside it; the parent folder is made if needed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file owner-only; a shared output root's other users (`hacrl
+        # status`, `hacrl report`) must read it as they read any file hacrl writes
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             for piece in [content] if isinstance(content, str) else content:
                 f.write(piece)

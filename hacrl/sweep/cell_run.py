@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hacrl.fileio import write_json
+from hacrl.job.lock import Terminated
 from hacrl.sweep.state import HEARTBEAT_S, cell_state_path, read_json
 from hacrl.tracking import process_token
 
@@ -83,8 +84,7 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
         try:
             summary = run_job(validate(cfg), progress=False)
         except BaseException as err:
-            kind = "killed" if isinstance(err, KeyboardInterrupt) or type(err).__name__ == \
-                "_Terminated" else "failed"
+            kind = "killed" if isinstance(err, KeyboardInterrupt | Terminated) else "failed"
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             final = {**state, "status": kind, "error": f"{type(err).__name__}: {first}",
                      "ended": time.time(), "seconds": time.time() - started}
