@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evaluation", ("hacrl.evaluation.greedy", "hacrl.evaluation.lmeval", "hacrl.evaluation.runner",
                     "hacrl.evaluation.lm_eval_tasks")),
     ("loop", ("hacrl.loop", "hacrl.events")),
-    ("job", ("hacrl.job", "hacrl.dryrun", "hacrl.bench")),
+    ("job", ("hacrl.job", "hacrl.dryrun", "hacrl.bench", "hacrl.compute_floor")),
     ("sweep | analysis", ("hacrl.sweep", "analysis")),
     ("cli", ("hacrl.cli", "hacrl.train", "hydra_plugins")),
 ]

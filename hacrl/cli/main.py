@@ -183,6 +183,10 @@ def _ui(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.bench_command == "floor":
+        from hacrl.compute_floor import floor_report
+
+        return floor_report(args.overrides, repeats=args.repeats)
     from hacrl.bench import step_cost
 
     return step_cost(args.overrides, repeats=args.repeats)
@@ -306,6 +310,11 @@ def _add_bench_parser(sub: Any) -> None:
     step = bench_sub.add_parser("step", help="one step of gspo_x2 vs hacpo, phase by phase")
     step.add_argument("overrides", nargs="*", help="hydra overrides (default: tiny size pair)")
     step.add_argument("--repeats", type=int, default=3)
+    floor = bench_sub.add_parser("floor", help="each phase of one step (local engine) next to its "
+                                 "compute floor: the same shapes as bare model calls")
+    floor.add_argument("overrides", nargs="*", help="hydra overrides (default: method=hacpo, "
+                       "tiny size pair)")
+    floor.add_argument("--repeats", type=int, default=3)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,211 @@
+"""`hacrl bench floor`: each phase of one real training step next to its compute floor.
+
+The floor of a phase is the tensor work it cannot avoid, timed on this machine with the same
+shapes the real step used: while the real step runs, every engine call is recorded (rows,
+prompt width, tokens generated; rows and width of each log-prob and update forward), then
+the same shapes are replayed as bare model calls:
+
+    generate  one batched prefill forward, then one forward per generated token with the KV
+              cache (the next token by argmax: sampling itself is not the floor's business)
+    logprob   one no-grad forward per recorded call, log-softmax and gather of the targets
+    update    forward, log-softmax and gather, backward, gradient clipping and an AdamW step,
+              on a copy of the model (the real engine's weights are left alone)
+
+Real and floor are measured in turn, step after step (step 1 warms up and is dropped), so the
+machine's noise hits both alike; the ratio of medians says how far a phase is from its floor.
+Verification has no tensor floor and is shown on its own. Local engine only.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import torch
+
+from hacrl.config import ConfigError, JobSpec, compose, validate
+from hacrl.engines.base import Engine
+from hacrl.job import agent_engine, job_dir, loop_settings
+from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
+from hacrl.tasks import grader, load_problems
+
+PHASES = ("generate", "logprob", "update")
+
+
+@dataclass
+class Calls:
+    """The shapes one engine was asked for during one step."""
+
+    generate: list[tuple[int, int, int]] = field(default_factory=list)  # rows, prompt, new tokens
+    logprob: list[tuple[int, int, int]] = field(default_factory=list)  # rows, width, response
+    update: list[tuple[int, int, int]] = field(default_factory=list)  # rows, width, response
+
+
+class Recording:
+    """An engine that records the shapes of what it is asked, then does it."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.calls = engine, Calls()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: Any) -> Any:
+        out = self.engine.generate(prompt_ids, n, sampling)
+        new = max((len(g.token_ids) for gens in out for g in gens), default=0)
+        self.calls.generate.append((len(prompt_ids) * n, max(map(len, prompt_ids)), new))
+        return out
+
+    def log_probs(self, views: list[Any], reference: bool = False) -> Any:
+        self.calls.logprob.append(_shape(views))
+        return self.engine.log_probs(views, reference=reference)
+
+    def train_minibatch(self, views: list[Any], batch: Any, loss_fn: Any) -> Any:
+        self.calls.update.append(_shape(views))
+        return self.engine.train_minibatch(views, batch, loss_fn)
+
+
+def _shape(views: list[Any]) -> tuple[int, int, int]:
+    """rows, the longest prompt + response, the longest response (the positions scored)."""
+    return (len(views), max(len(v.prompt_ids) + len(v.response_ids) for v in views),
+            max(1, max(len(v.response_ids) for v in views)))
+
+
+def _timed(work: Callable[[], object]) -> float:
+    tic = time.perf_counter()
+    work()
+    return time.perf_counter() - tic
+
+
+@torch.no_grad()
+def generate_floor(model: Any, rows: int, prompt: int, new_tokens: int) -> float:
+    """Seconds of a prefill over [rows, prompt] and new_tokens - 1 cached one-token forwards."""
+    ids = torch.randint(int(model.config.vocab_size), (rows, prompt))
+
+    def work() -> None:
+        out = model(input_ids=ids, use_cache=True)
+        for _ in range(max(0, new_tokens - 1)):
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
+
+    return _timed(work)
+
+
+def _token_logp(model: Any, ids: torch.Tensor, response: int) -> torch.Tensor:
+    """Log-probs of the last `response` tokens of each row (one forward; the softmax only where
+    a token is scored, as the engines do)."""
+    logits = model(input_ids=ids).logits[:, -response - 1:-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -response:, None]).squeeze(-1)
+
+
+@torch.no_grad()
+def logprob_floor(model: Any, rows: int, width: int, response: int) -> float:
+    ids = torch.randint(int(model.config.vocab_size), (rows, width))
+    return _timed(lambda: _token_logp(model, ids, response))
+
+
+def update_floor(model: Any, optimizer: torch.optim.Optimizer, rows: int, width: int,
+                 response: int) -> float:
+    ids = torch.randint(int(model.config.vocab_size), (rows, width))
+
+    def work() -> None:
+        _token_logp(model, ids, response).mean().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return _timed(work)
+
+
+def floor_seconds(model: Any, scratch: Any, optimizer: torch.optim.Optimizer,
+                  calls: Calls) -> dict[str, float]:
+    """The floor of each phase for one engine's recorded calls of one step."""
+    model.eval()
+    return {"generate": sum(generate_floor(model, *c) for c in calls.generate),
+            "logprob": sum(logprob_floor(model, *c) for c in calls.logprob),
+            "update": sum(update_floor(scratch, optimizer, *c) for c in calls.update)}
+
+
+def _loop(spec: JobSpec) -> tuple[TeamLoop, list[Recording]]:
+    c = spec.cfg
+    team = spec.teams[0]
+    schedule = PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step, c.seed)
+    engines = [Recording(agent_engine(spec, a, i, len(team), job_dir(spec).team(0).path))
+               for i, a in enumerate(team)]
+    agents = [Agent(a.name, cast(Engine, e)) for a, e in zip(team, engines, strict=True)]
+    return TeamLoop(agents, spec.method, loop_settings(spec), schedule, grader(c)), engines
+
+
+def _step(loop: TeamLoop, engines: list[Recording], step: int,
+          scratch: list[tuple[Any, Any]]) -> tuple[dict, dict]:
+    """(real seconds per phase and verify, floor seconds per phase) of one step."""
+    for engine in engines:
+        engine.calls = Calls()
+    result = loop.step(step)
+    real = dict.fromkeys((*PHASES, "verify"), 0.0)
+    for metrics in result.agent_metrics:
+        for phase in PHASES:
+            real[phase] += metrics.get(f"time/{phase}_s", 0.0)
+    real["verify"] = result.team_metrics.get("time/verify_s", 0.0)
+    floor = dict.fromkeys(PHASES, 0.0)
+    for engine, (copy_, optimizer) in zip(engines, scratch, strict=True):
+        for phase, seconds in floor_seconds(engine.model, copy_, optimizer, engine.calls).items():
+            floor[phase] += seconds
+    return real, floor
+
+
+def measure(spec: JobSpec, repeats: int) -> tuple[list[dict], list[dict]]:
+    """Real and floor seconds of steps 2 .. repeats + 1 of the spec's first team."""
+    if spec.cfg.engine.get("threads"):
+        torch.set_num_threads(int(spec.cfg.engine.threads))
+    seed_everything(int(spec.cfg.seed))
+    loop, engines = _loop(spec)
+    scratch = []
+    for engine in engines:
+        copy_ = copy.deepcopy(engine.model).train()
+        scratch.append((copy_, torch.optim.AdamW(copy_.parameters(), lr=1e-6)))
+    reals, floors = [], []
+    try:
+        for step in range(1, repeats + 2):
+            real, floor = _step(loop, engines, step, scratch)
+            if step > 1:
+                reals.append(real)
+                floors.append(floor)
+    finally:
+        for engine in engines:
+            engine.close()
+    return reals, floors
+
+
+def floor_report(overrides: list[str], repeats: int = 3) -> int:
+    """Print each phase of one step of the cell (default method=hacpo) next to its floor."""
+    try:
+        cfg = compose(["method=hacpo", "validation.every=0", "eval.at_end=false", *overrides])
+        if str(cfg.engine.name) != "local":
+            raise ConfigError(f"engine={cfg.engine.name}: the floor bench measures the local "
+                              "engine's models in this process; use engine=local")
+        spec = validate(cfg)
+    except ConfigError as err:
+        print(f"hacrl: config error: {err}", file=sys.stderr)
+        return 2
+    reals, floors = measure(spec, repeats)
+    agents = ", ".join(a.name for a in spec.teams[0])
+    print(f"one {spec.method.name} step on {agents} (scale={spec.cfg.scale.name}, threads="
+          f"{torch.get_num_threads()}, median of {repeats}), seconds:")
+    print(f"{'phase':<10}{'real':>9}{'floor':>9}{'real/floor':>12}")
+    for phase in PHASES:
+        real = statistics.median(r[phase] for r in reals)
+        floor = statistics.median(f[phase] for f in floors)
+        print(f"{phase:<10}{real:>9.3f}{floor:>9.3f}{real / max(floor, 1e-9):>12.2f}")
+    real = statistics.median(sum(r[p] for p in PHASES) for r in reals)
+    floor = statistics.median(sum(f.values()) for f in floors)
+    print(f"{'total':<10}{real:>9.3f}{floor:>9.3f}{real / max(floor, 1e-9):>12.2f}")
+    print(f"{'verify':<10}{statistics.median(r['verify'] for r in reals):>9.3f}"
+          f"{'-':>9}{'-':>12}   (grading: no tensor floor)")
+    return 0
+
