@@ -1,5 +1,5 @@
 """The sweep manifest: what `hacrl sweep` decided, written before any job starts, read by the
-report (and by `hacrl status`). Leaf module: standard library and `hacrl.errors` only.
+report (and by `hacrl status`). Leaf module: the standard library and the other leaves only.
 
 <output_root>/sweeps/<name>/manifest.json is one JSON object:
 
