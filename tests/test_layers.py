@@ -61,19 +61,9 @@ def layer_of(name: str) -> tuple[int, str]:
     return best
 
 
-def _type_only(tree: ast.AST) -> set[int]:
-    """ids of the import nodes under `if TYPE_CHECKING:` (they never run)."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return out
-
-
-def imports(known: dict[str, Path], runtime_only: bool = False) -> dict[str, set[str]]:
-    """module -> the project modules it imports anywhere in its body (plus their packages);
-    `runtime_only` leaves out imports for type checking, which cannot make a runtime cycle
-    (they still count for the layers: a type from above is a dependency on above)."""
+def imports(known: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the project modules it imports anywhere in its body (plus their packages;
+    imports for type checking count too: a type from above is a dependency on above)."""
 
     def resolve(name: str) -> str | None:
         while name and name not in known:
@@ -83,11 +73,7 @@ def imports(known: dict[str, Path], runtime_only: bool = False) -> dict[str, set
     edges: dict[str, set[str]] = defaultdict(set)
     for module, path in known.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        tree = ast.parse(path.read_text(), str(path))
-        skip = _type_only(tree) if runtime_only else set()
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -173,7 +159,7 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_no_import_cycles() -> None:
-    found = cycles(imports(modules(), runtime_only=True))
+    found = cycles(imports(modules()))
     assert not found, "\n".join(" <-> ".join(c) for c in found)
 
 

@@ -12,13 +12,12 @@ from hacrl.algo.loss import (
     LOSS_METRICS,
     SHARES,
     Denominators,
-    LossBatch,
-    LossConfig,
     LossOutput,
     aggregate,
     loss_metrics,
     policy_loss,
 )
+from hacrl.algo.loss_inputs import LossBatch, LossConfig
 from hacrl.algo.methods import METHODS, MethodSpec, get_method, register_method
 from hacrl.algo.objectives import (
     borrowed_sample_loss,

@@ -10,7 +10,6 @@ loop's and the loss's settings from a spec and a config, in one place.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from torch import Tensor
 
@@ -20,6 +19,7 @@ from hacrl.algo.advantages import (
     group_relative_advantages,
     pooled_advantages,
 )
+from hacrl.algo.loss_inputs import LossBatch, LossConfig
 from hacrl.algo.objectives import borrowed_sample_loss
 from hacrl.algo.registry import (
     AdvantageEstimator,
@@ -31,9 +31,6 @@ from hacrl.algo.registry import (
     register_advantage,
     register_borrowed,
 )
-
-if TYPE_CHECKING:
-    from hacrl.algo.loss import LossBatch, LossConfig
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 from torch import Tensor
 
+from hacrl.algo.loss_inputs import LossBatch, LossConfig
 from hacrl.algo.metrics import check_kinds
-
-if TYPE_CHECKING:
-    from hacrl.algo.loss import LossBatch, LossConfig
-
 
 # -- advantage estimators ---------------------------------------------------------------------
 
