@@ -271,11 +271,11 @@ def test_a_checkpoint_of_an_older_hacrl_is_refused_until_upgraded(tmp_path) -> N
 
 def test_a_job_trained_elsewhere_is_not_trained_twice(hacrl, new_output_root, job_env):
     from hacrl.config import compose, validate
-    from hacrl.job import job_lock, run_dir
+    from hacrl.job import job_lock
 
     root = new_output_root()
     spec = validate(compose([*QUICK, f"output_root={root}"]))
-    with job_lock(run_dir(spec), spec.config_hash):  # this process trains the job
+    with job_lock(job_dir(spec).path, spec.config_hash):  # this process trains the job
         out = _train(hacrl, root)
     line = _one_line(out)
     assert out.returncode == 1 and f"job {spec.config_hash} is being trained by pid" in line

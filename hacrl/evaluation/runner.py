@@ -36,10 +36,6 @@ class EvalResult:
     shared_with: str | None = None  # another protocol of the same key whose scores were copied
 
 
-def metric_prefix(protocol: Protocol) -> str:
-    return M.eval_prefix(protocol.name)
-
-
 def data_files(cfg: DictConfig, benchmarks: list[str]) -> dict[str, Path]:
     """Local file per benchmark (synthetic ones are written on demand; hub ones must exist)."""
     from hacrl.data import local_file
@@ -71,7 +67,7 @@ def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id
     for protocol in Protocol.in_use(cfg.eval):
         if not force and already_logged(tracker, run_id, protocol, benchmarks):
             run = tracker.client.get_run(run_id)
-            prefix = metric_prefix(protocol) + "/"
+            prefix = M.eval_prefix(protocol.name) + "/"
             results.append(EvalResult(run_id, protocol, {k: v for k, v in run.data.metrics.items()
                                                          if k.startswith(prefix)}, skipped=True))
             continue
@@ -251,7 +247,7 @@ def target_from_model(tracker: Tracker, cfg: DictConfig, name: str, model_path: 
 
 def describe(result: EvalResult) -> str:
     """A small text table of one evaluation's scores."""
-    prefix = metric_prefix(result.protocol) + "/"
+    prefix = M.eval_prefix(result.protocol.name) + "/"
     rows: dict[str, dict[str, float]] = {}
     for key, value in result.metrics.items():
         if key.startswith(prefix) and key.count("/") == 3:

@@ -17,16 +17,9 @@ job is skipped unless `force=true`.
     lock.py       one trainer per job; SIGTERM as KILLED
 """
 
-from hacrl.job.agents import (
-           agent_engine,
-           before_job,
-           engine_context,
-           job_dir,
-           loop_settings,
-           run_dir,
-)
+from hacrl.job.agents import agent_engine, before_job, engine_context, job_dir, loop_settings
 from hacrl.job.assembly import run_job
 from hacrl.job.lock import job_lock, process_age_s
 
 __all__ = ["agent_engine", "before_job", "engine_context", "job_dir", "job_lock", "loop_settings",
-           "process_age_s", "run_dir", "run_job"]
+           "process_age_s", "run_job"]

@@ -16,10 +16,6 @@ def job_dir(spec: JobSpec) -> RunDir:
     return Layout(spec.output_root).run(spec.config_hash, spec.method.name)
 
 
-def run_dir(spec: JobSpec) -> Path:
-    return job_dir(spec).path
-
-
 def loop_settings(spec: JobSpec) -> LoopSettings:
     """The loop's settings: `method_settings`, whose loss settings are `spec.loss`."""
     return replace(method_settings(spec.cfg, spec.method), loss=spec.loss)

@@ -17,7 +17,6 @@ AVG = "avg"
 WALL = "time/wall_s"
 STARTUP = "time/startup_s"
 TRACKING = "time/tracking_s"
-STEP = "time/step_s"
 
 
 def eval_prefix(protocol: str) -> str:
