@@ -271,7 +271,7 @@ def test_a_checkpoint_of_an_older_hacrl_is_refused_until_upgraded(tmp_path) -> N
 
 def test_a_job_trained_elsewhere_is_not_trained_twice(hacrl, new_output_root, job_env):
     from hacrl.config import compose, validate
-    from hacrl.job import job_lock
+    from hacrl.job import job_dir, job_lock
 
     root = new_output_root()
     spec = validate(compose([*QUICK, f"output_root={root}"]))
