@@ -17,7 +17,15 @@ from typing import Any
 
 
 def _umask() -> int:
-    mask = os.umask(0)  # the only way to read it; set back at once (this runs at import)
+    """The process's umask: Linux shows it in /proc; elsewhere set and set back (at import,
+    before any thread of ours could create a file in between)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0)
     os.umask(mask)
     return mask
 
