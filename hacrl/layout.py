@@ -86,6 +86,10 @@ class SweepDir:
     def cell_state(self, cell_id: str) -> Path:
         return self.path / "cells" / f"{cell_id}.json"
 
+    def cell_log(self, cell_id: str) -> Path:
+        """The output of a warm cell (`hacrl.sweep.warm`), next to its state."""
+        return self.path / "cells" / f"{cell_id}.log"
+
 
 @dataclass(frozen=True)
 class Layout:

@@ -19,10 +19,13 @@ from omegaconf import DictConfig
 from hacrl.fileio import write_json
 from hacrl.job.lock import Terminated
 from hacrl.sweep.state import HEARTBEAT_S, cell_state_path, read_json
+from hacrl.sweep.warm import LOG_ENV
 from hacrl.tracking import process_token
 
 
 def _log_path() -> str:
+    if os.environ.get(LOG_ENV):  # a warm cell: its log is next to its state
+        return os.environ[LOG_ENV]
     try:
         import submitit
 

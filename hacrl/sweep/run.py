@@ -1,9 +1,11 @@
 """One `hacrl sweep`: expand, deduplicate, skip what is done, launch the rest.
 
 Launch: with a local launcher (submitit local, or Hydra's in-process basic one) cells go one job
-per `launch` call from a pool of `parallel` threads, longest first, so a short cell never waits
-for a long one; with a cluster launcher (SLURM) all pending cells go as one job array. A failed
-job is recorded and the others go on. The timing (cost) cells run last, one at a time.
+at a time from each of `parallel` threads, longest first, so a short cell never waits for a long
+one; with submitit local each cell is forked from one warm process (`hacrl.sweep.warm`,
+`hydra.sweeper.warm=false` for a cold submitit process per cell). With a cluster launcher
+(SLURM) all pending cells go as one job array. A failed job is recorded and the others go on.
+The timing (cost) cells run last, one at a time, each in a cold process of its own.
 The report is not the sweep's: the command on top (the sweeper plugin) writes it from the
 manifest this writes (`hacrl.schema.sweep_manifest`).
 """
@@ -26,6 +28,7 @@ from hacrl.mlflow_store import check_store, resolve_uri
 from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
 from hacrl.sweep.grid import SWEEP_DIR, Cell, Expansion, all_grids, expand, load_report_keys
 from hacrl.sweep.state import DEADLINE_S, cell_status, format_table
+from hacrl.sweep.warm import WarmPool
 from hacrl.tracking import Tracker
 
 LOCAL_LAUNCHERS = ("LocalLauncher", "BasicLauncher")
@@ -52,7 +55,7 @@ def say(message: str) -> None:
 class SweepRun:
     def __init__(self, config: DictConfig, config_loader: Any, launcher: Any,
                  arguments: list[str], name: str, parallel: Any, mem_per_job_gb: float,
-                 cost_threads: Any, dry_run: bool = False) -> None:
+                 cost_threads: Any, dry_run: bool = False, warm: bool = True) -> None:
         self.config = config
         self.loader = config_loader
         self.launcher = launcher
@@ -64,6 +67,9 @@ class SweepRun:
         self.cost_threads = (os.cpu_count() or 1) if cost_threads in (None, "auto") \
             else int(cost_threads)
         self.dry_run = dry_run
+        # cells of the submitit local launcher fork from one warm process (hacrl.sweep.warm)
+        self.pool = WarmPool(launcher) if warm and type(launcher).__name__ == "LocalLauncher" \
+            and not dry_run else None
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         # set by `execute` once the cells are known (what the report is made from)
         self.first: DictConfig | None = None
@@ -93,6 +99,8 @@ class SweepRun:
         uri = resolve_uri(first.tracking.uri, output_root)
         check_store(uri)  # before the expansion (seconds): a fault is one quick line
         check_writable(output_root)
+        if self.pool is not None:
+            self.pool.prepare()
         expansion = expand(self.name, self.compose, self.sweep_dirs())
         cells = expansion.cells
         tracker = Tracker(uri, str(first.tracking.experiment))  # the store exists before any job
@@ -121,8 +129,8 @@ class SweepRun:
         cost = [c for c in todo if c.cost]
         index = {c.id: i for i, c in enumerate(cells)}
         threads_per_job = int(first.engine.get("threads") or 1)
-        self._launch(main, index, outcome, self._parallel(threads_per_job), [])
-        if cost:
+        self._launch(main, index, outcome, self._parallel(threads_per_job), [], self.pool)
+        if cost:  # cold, as before: a timing cell measures a whole process of its own
             say(f"timing cells: {len(cost)} alone, one at a time, {self.cost_threads} thread(s)")
             self._launch(cost, index, outcome, 1, [f"engine.threads={self.cost_threads}"])
 
@@ -196,7 +204,7 @@ class SweepRun:
         return max(1, int(self.parallel_setting))
 
     def _launch(self, cells: list[Cell], index: dict[str, int], outcome: dict[str, str],
-                parallel: int, extra: list[str]) -> None:
+                parallel: int, extra: list[str], pool: WarmPool | None = None) -> None:
         if not cells:
             return
         if type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
@@ -212,27 +220,41 @@ class SweepRun:
                 for cell in cells:
                     outcome.setdefault(cell.id, "failed")
             return
-        say(f"running {len(cells)} cells, {parallel} at a time")
+        say(f"running {len(cells)} cells, {parallel} at a time"
+            + (" (warm: forked from one process that imported everything once)" if pool else ""))
         done = 0
+        futures: list[Any] = []
 
         def one(cell: Cell) -> tuple[Cell, str, float]:
             tic = time.perf_counter()
+            overrides = self.with_arguments([*cell.job_overrides(), *extra])
             try:
-                (ret,) = self.launcher.launch(
-                    [self.with_arguments([*cell.job_overrides(), *extra])],
-                    initial_job_idx=index[cell.id])
-                return cell, "done" if _ok(ret) else "failed", time.perf_counter() - tic
+                if pool is not None:
+                    ok = pool.launch(overrides, index[cell.id],
+                                     SweepDir(self.sweep_dir).cell_log(cell.id))
+                else:
+                    (ret,) = self.launcher.launch([overrides], initial_job_idx=index[cell.id])
+                    ok = _ok(ret)
+                return cell, "done" if ok else "failed", time.perf_counter() - tic
             except Exception:
                 return cell, "failed", time.perf_counter() - tic
 
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
-            futures = [pool.submit(one, c) for c in cells]
-            for future in as_completed(futures):
-                cell, status, seconds = future.result()
-                outcome[cell.id] = status
-                self.walls[cell.id] = seconds
-                done += 1
-                say(f"[{done}/{len(cells)}] {status:<6} {cell.id} {cell.label} ({seconds:.0f} s)")
+        try:
+            with ThreadPoolExecutor(max_workers=parallel) as threads:
+                futures = [threads.submit(one, c) for c in cells]
+                for future in as_completed(futures):
+                    cell, status, seconds = future.result()
+                    outcome[cell.id] = status
+                    self.walls[cell.id] = seconds
+                    done += 1
+                    say(f"[{done}/{len(cells)}] {status:<6} {cell.id} {cell.label} "
+                        f"({seconds:.0f} s)")
+        except BaseException:  # Ctrl-C or a kill of the sweep: its warm cells end with it
+            if pool is not None:
+                for future in futures:
+                    future.cancel()
+                pool.stop()
+            raise
 
 
 def _ok(ret: Any) -> bool:

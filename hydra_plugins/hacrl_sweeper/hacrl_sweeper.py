@@ -35,6 +35,9 @@ class HacrlSweeperConf:
     cost_threads: Any = "auto"
     # list the cells and what is done, launch nothing
     dry_run: bool = False
+    # with the submitit local launcher, fork cells from one process that imported torch,
+    # transformers, lm-eval and MLflow once (hacrl.sweep.warm); false: one cold process each
+    warm: bool = True
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="hacrl", node=HacrlSweeperConf,
@@ -44,9 +47,9 @@ ConfigStore.instance().store(group="hydra/sweeper", name="hacrl", node=HacrlSwee
 class HacrlSweeper(Sweeper):
     def __init__(self, name: str, include: List[str], grids: List[Any],  # noqa: UP006
                  parallel: Any, mem_per_job_gb: float, cost_threads: Any,
-                 dry_run: bool = False, report: Any = None) -> None:
+                 dry_run: bool = False, report: Any = None, warm: bool = True) -> None:
         self.settings = {"name": name, "parallel": parallel, "mem_per_job_gb": mem_per_job_gb,
-                         "cost_threads": cost_threads, "dry_run": dry_run}
+                         "cost_threads": cost_threads, "dry_run": dry_run, "warm": warm}
         self.config: Optional[DictConfig] = None  # noqa: UP045
         self.hydra_context: Optional[HydraContext] = None  # noqa: UP045
         self.launcher: Any = None

@@ -1,0 +1,129 @@
+"""The same small sweep the old way and the new way, side by side in one run; figures only.
+
+    python scripts/bench_sweep.py [--methods gspo hacpo] [--pairs size] [--repeats 1]
+                                  [-- extra overrides, e.g. train.steps=10]
+
+Each repeat runs one `hacrl sweep` per way into its own fresh output root (the ways alternate,
+so the machine's noise hits both alike):
+  cold   one submitit process per cell (`hydra.sweeper.warm=false`): a new interpreter, its
+         imports and submitit's polling per cell, as every sweep ran before;
+  warm   the cells forked from one process that imported everything once (the default).
+It prints each way's sweep wall time and the ratio cold / warm, then per way the median over
+cells of each phase the job logs (startup = process start to job start, setup, validation,
+train, eval, tracking) and `outside` = the cell's wall time as the sweep sees it minus the
+phases (launch, exit, polling). Last, whether both ways logged the same final scores: a cell
+is the same job either way, so they must agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SWEEP = """# @package _global_
+defaults:
+  - override /hydra/sweeper: hacrl
+  - override /launcher: local
+hydra:
+  sweep:
+    dir: ${{output_root}}/sweeps/bench
+    subdir: .jobs/${{hydra.job.num}}
+  sweeper:
+    name: bench
+    grids:
+      - pair: {pairs}
+        method: {methods}
+"""
+WAYS = {"cold": ["hydra.sweeper.warm=false"], "warm": ["hydra.sweeper.warm=true"]}
+PHASES = ("startup_s", "setup_s", "validation_s", "train_s", "eval_s", "tracking_s")
+
+
+def run_sweep(configs: Path, root: Path, way: str, overrides: list[str]) -> float:
+    """Wall seconds of one `hacrl sweep bench` into `root`."""
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "hacrl.cli", "sweep", "bench",
+                          f"hydra.searchpath=[file://{configs}]", f"output_root={root}",
+                          *WAYS[way], *overrides],
+                         capture_output=True, text=True, env={**os.environ, "HACRL_OUTPUTS": str(root)})
+    wall = time.perf_counter() - started
+    if out.returncode != 0:
+        sys.stderr.write(out.stdout[-4000:] + out.stderr[-4000:])
+        raise SystemExit(f"the {way} sweep failed (exit {out.returncode})")
+    return wall
+
+
+def cell_rows(root: Path) -> list[dict]:
+    """Each cell's state (phases) with its wall time as the sweep measured it."""
+    status = json.loads((root / "sweeps" / "bench" / "status.json").read_text())
+    rows = []
+    for row in status["rows"]:
+        state = json.loads((root / "sweeps" / "bench" / "cells" / f"{row['cell']}.json").read_text())
+        rows.append({**state, "wall_s": row.get("wall_s", 0.0)})
+    return rows
+
+
+def final_scores(root: Path) -> dict[tuple[str, str], dict[str, float]]:
+    """(config hash, model) -> the run's eval/ and val/ metrics, from the MLflow store."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return {(r.data.tags.get("config_hash", ""), r.data.tags.get("model", "")):
+            {k: v for k, v in r.data.metrics.items() if k.startswith(("eval/", "val/"))}
+            for r in runs if any(k.startswith(("eval/", "val/")) for k in r.data.metrics)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", nargs="+", default=["gspo", "hacpo"])
+    parser.add_argument("--pairs", nargs="+", default=["size"])
+    parser.add_argument("--repeats", type=int, default=1)
+    args, overrides = parser.parse_known_args(argv)
+    overrides = [o for o in overrides if o != "--"]
+    walls: dict[str, list[float]] = {w: [] for w in WAYS}
+    rows: dict[str, list[dict]] = {w: [] for w in WAYS}
+    scores: dict[str, list[dict]] = {w: [] for w in WAYS}
+    with tempfile.TemporaryDirectory(prefix="hacrl-bench-sweep-") as tmp:
+        configs = Path(tmp) / "configs"
+        (configs / "sweep").mkdir(parents=True)
+        (configs / "sweep" / "bench.yaml").write_text(SWEEP.format(
+            pairs=json.dumps(args.pairs), methods=json.dumps(args.methods)))
+        for repeat in range(args.repeats):
+            order = list(WAYS) if repeat % 2 == 0 else list(reversed(WAYS))
+            for way in order:
+                root = Path(tmp) / f"{way}-{repeat}"
+                walls[way].append(run_sweep(configs, root, way, overrides))
+                rows[way].extend(cell_rows(root))
+                scores[way].append(final_scores(root))
+                print(f"repeat {repeat} {way}: {walls[way][-1]:.1f} s", flush=True)
+    cells = len(rows["cold"]) // args.repeats
+    print(f"\n{cells} cells ({' '.join(args.methods)} x {' '.join(args.pairs)}"
+          f"{' ' + ' '.join(overrides) if overrides else ''}), {args.repeats} repeat(s), "
+          f"{os.cpu_count()} cores")
+    cold, warm = statistics.median(walls["cold"]), statistics.median(walls["warm"])
+    print(f"sweep wall (median): cold {cold:.1f} s, warm {warm:.1f} s, "
+          f"ratio cold/warm {cold / warm:.2f}")
+    print(f"\nper cell, median seconds: {'way':<6}" + "".join(f"{p[:-2]:>11}" for p in PHASES)
+          + f"{'outside':>9}{'wall':>8}")
+    for way in WAYS:
+        medians = [statistics.median(float(r.get(p) or 0.0) for r in rows[way]) for p in PHASES]
+        outside = statistics.median(float(r["wall_s"]) - sum(float(r.get(p) or 0.0)
+                                                            for p in PHASES) for r in rows[way])
+        wall = statistics.median(float(r["wall_s"]) for r in rows[way])
+        print(f"{'':<26}{way:<6}" + "".join(f"{m:>11.2f}" for m in medians)
+              + f"{outside:>9.2f}{wall:>8.2f}")
+    same = all(a == b for a, b in zip(scores["cold"], scores["warm"], strict=True))
+    print(f"\nfinal scores of every cell identical cold vs warm: {'yes' if same else 'NO'}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
