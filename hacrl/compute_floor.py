@@ -7,9 +7,12 @@ the same shapes are replayed as bare model calls:
 
     generate  one batched prefill forward, then one forward per generated token with the KV
               cache (the next token by argmax: sampling itself is not the floor's business)
-    logprob   one no-grad forward per recorded call, log-softmax and gather of the targets
-    update    forward, log-softmax and gather, backward, gradient clipping and an AdamW step,
+    logprob   no-grad forwards over the recorded rows, log-softmax and gather of the targets
+    update    forwards, log-softmax and gather, backwards, gradient clipping and an AdamW step,
               on a copy of the model (the real engine's weights are left alone)
+
+Log-prob and update rows go through the model as many at a time as the engine's own forwards
+take (`engine.forward_rows`), so the floor measures the same batches the engine runs.
 
 Real and floor are measured in turn, step after step (step 1 warms up and is dropped), so the
 machine's noise hits both alike; the ratio of medians says how far a phase is from its floor.
@@ -104,17 +107,20 @@ def _token_logp(model: Any, ids: torch.Tensor, response: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def logprob_floor(model: Any, rows: int, width: int, response: int) -> float:
+def logprob_floor(model: Any, rows: int, width: int, response: int,
+                  per_forward: int | None = None) -> float:
     ids = torch.randint(int(model.config.vocab_size), (rows, width))
-    return _timed(lambda: _token_logp(model, ids, response))
+    chunks = ids.split(per_forward or rows)
+    return _timed(lambda: [_token_logp(model, chunk, response) for chunk in chunks])
 
 
 def update_floor(model: Any, optimizer: torch.optim.Optimizer, rows: int, width: int,
-                 response: int) -> float:
+                 response: int, per_forward: int | None = None) -> float:
     ids = torch.randint(int(model.config.vocab_size), (rows, width))
 
     def work() -> None:
-        _token_logp(model, ids, response).mean().backward()
+        for chunk in ids.split(per_forward or rows):
+            _token_logp(model, chunk, response).mean().backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -123,12 +129,13 @@ def update_floor(model: Any, optimizer: torch.optim.Optimizer, rows: int, width:
 
 
 def floor_seconds(model: Any, scratch: Any, optimizer: torch.optim.Optimizer,
-                  calls: Calls) -> dict[str, float]:
+                  calls: Calls, per_forward: int | None = None) -> dict[str, float]:
     """The floor of each phase for one engine's recorded calls of one step."""
     model.eval()
     return {"generate": sum(generate_floor(model, *c) for c in calls.generate),
-            "logprob": sum(logprob_floor(model, *c) for c in calls.logprob),
-            "update": sum(update_floor(scratch, optimizer, *c) for c in calls.update)}
+            "logprob": sum(logprob_floor(model, *c, per_forward) for c in calls.logprob),
+            "update": sum(update_floor(scratch, optimizer, *c, per_forward)
+                          for c in calls.update)}
 
 
 def _loop(spec: JobSpec) -> tuple[TeamLoop, list[Recording]]:
@@ -154,7 +161,9 @@ def _step(loop: TeamLoop, engines: list[Recording], step: int,
     real["verify"] = result.team_metrics.get("time/verify_s", 0.0)
     floor = dict.fromkeys(PHASES, 0.0)
     for engine, (copy_, optimizer) in zip(engines, scratch, strict=True):
-        for phase, seconds in floor_seconds(engine.model, copy_, optimizer, engine.calls).items():
+        per_forward = getattr(engine.engine, "forward_rows", None)
+        for phase, seconds in floor_seconds(engine.model, copy_, optimizer, engine.calls,
+                                            per_forward).items():
             floor[phase] += seconds
     return real, floor
 

@@ -156,6 +156,7 @@ def validate(cfg: DictConfig) -> JobSpec:
     loss = method_settings(cfg, method).loss
     _eval_check(cfg)
     _task_check(cfg)
+    _engine_check(cfg)
     resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     assert isinstance(resolved, DictConfig)
     output_root = Layout.at(cfg.output_root).root
@@ -205,6 +206,18 @@ def _batch_check(cfg: DictConfig, method: MethodSpec, estimator: AdvantageEstima
         raise ConfigError(f"train.rollouts_per_prompt={cfg.train.rollouts_per_prompt}: a group-relative "
                           f"advantage needs >= {estimator.min_group} rollouts per prompt (method={name}: "
                           f"{method.advantage})")
+
+
+def _engine_check(cfg: DictConfig) -> None:
+    """The engine's row batch sizes: positive integers (forward_rows may be auto)."""
+    for key in ("chunk_rows", "forward_rows"):
+        value = cfg.engine.get(key)
+        if key == "forward_rows" and value in (None, "auto"):
+            continue
+        if key in cfg.engine and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ConfigError(f"engine.{key}={value}: must be an integer >= 1"
+                              + (" or auto" if key == "forward_rows" else ""))
 
 
 def _hyperparameter_check(cfg: DictConfig) -> None:

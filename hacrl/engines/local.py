@@ -1,7 +1,15 @@
 """Local engine: a Hugging Face causal LM in this process, on CPU or one GPU.
 
-Sampling uses `generate` (batched, KV cache, left padding); log-probs and updates use one
-forward pass over right-padded prompt+response rows; AdamW with gradient clipping.
+Sampling uses `generate` (batched, KV cache, left padding); log-probs and updates use forward
+passes over right-padded prompt+response rows; AdamW with gradient clipping.
+
+Row batches are sized for the hardware: generation wants many rows per forward (its per-token
+cost is mostly fixed), while a log-prob or update forward of small models on a CPU is memory
+bound and runs fastest when a batch's activations stay in the core's cache, so it goes
+`forward_rows` rows at a time (measured on the tiny zoo, 2-core Xeon: 32-row forwards are ~1.4x
+faster for log-probs and ~1.15x for updates than 256-512-row ones). Log-probs come out
+bit-identical; an update's gradient is accumulated over the row batches with each row's exact
+share of the loss, equal to the one-pass gradient up to float rounding.
 """
 
 from __future__ import annotations
@@ -32,14 +40,33 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+CPU_FORWARD_ROWS = 32
+
+
+def resolve_forward_rows(value: int | str | None, device: torch.device) -> int | None:
+    """`engine.forward_rows`: rows per log-prob / update forward; None means all at once.
+
+    auto: CPU_FORWARD_ROWS on a CPU (cache-sized batches), all at once on a GPU.
+    """
+    if value in (None, "auto"):
+        return CPU_FORWARD_ROWS if device.type == "cpu" else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        from hacrl.errors import ConfigError
+
+        raise ConfigError(f"engine.forward_rows={value!r}: must be a positive integer or auto")
+    return value
+
+
 @register_engine("local")
 class LocalEngine(Engine):
     def __init__(self, model_path: str, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  weight_decay: float = 0.0, grad_clip: float = 1.0, device: str = "auto",
                  dtype: str = "float32", reference: bool = False, temperature: float = 1.0,
                  micro_batch_rows: int | None = None, chunk_rows: int = 512,
+                 forward_rows: int | str | None = "auto",
                  context: Any = None) -> None:  # context: the job's, not needed here
         self.device = pick_device(device)
+        self.forward_rows = resolve_forward_rows(forward_rows, self.device)
         self.model_path = model_path
         self.tokenizer: Any = AutoTokenizer.from_pretrained(model_path)
         model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
@@ -104,8 +131,9 @@ class LocalEngine(Engine):
             raise RuntimeError("no reference policy: build the engine with reference=True")
         model.eval()
         out: list[Tensor] = []
-        for start in range(0, len(views), self.chunk_rows):
-            chunk = views[start:start + self.chunk_rows]
+        rows = self.forward_rows or self.chunk_rows
+        for start in range(0, len(views), rows):
+            chunk = views[start:start + rows]
             width_t = max(1, max(len(v.response_ids) for v in chunk))
             logp = self._response_logprobs(model, chunk, width_t).cpu()
             out.extend(logp[b, :len(v.response_ids)] for b, v in enumerate(chunk))
@@ -116,7 +144,7 @@ class LocalEngine(Engine):
                         loss_fn: MiniBatchLoss) -> dict[str, float]:
         self.model.train()
         rows = len(views)
-        step = self.micro_batch_rows or rows
+        step = min(self.micro_batch_rows or rows, self.forward_rows or rows)
         # micro-batches (gradient accumulation) each add their exact share of the loss
         shares = Denominators.of(batch) if step < rows else None
         totals: dict[str, float] = {}

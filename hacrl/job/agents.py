@@ -43,6 +43,7 @@ def agent_engine(spec: JobSpec, agent: AgentSpec, index: int, team_size: int, ro
                        dtype=c.engine.dtype, reference=context.loss.kl_coef > 0,
                        temperature=float(c.rollout.temperature),
                        micro_batch_rows=c.train.micro_batch_rows, chunk_rows=c.engine.chunk_rows,
+                       forward_rows=c.engine.get("forward_rows"),
                        context=context)
 
 
