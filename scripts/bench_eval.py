@@ -4,6 +4,7 @@
     python scripts/bench_eval.py --baseline HEAD~1 [--repeats 3]     # old code vs this tree
     python scripts/bench_eval.py --baseline-overrides eval.greedy_batch_size=64  # old setting
     python scripts/bench_eval.py --cell --baseline HEAD~1 --repeats 1  # whole training cells
+    python scripts/bench_eval.py --warm 4 --baseline HEAD~1   # evaluations in a running process
 
 Each repeat is a fresh `hacrl eval --model <name> --force` process (what a user runs: imports,
 model load, generation, grading, MLflow logging) into a temporary output root; the script prints
@@ -15,6 +16,8 @@ side, in alternating order (a busy machine drifts), prints the median of each an
 old/new, and compares the two sides' results: every logged score and every per-sample record
 (responses and grades) must be the same. `--cell` times whole training cells (`hacrl train`;
 the models are the cell's pair) and reads the job's `time/eval_s` and `time/validation_s`.
+`--warm N` runs N evaluations in one process per side (as a training job evaluates, its
+imports done): the first (`cold_s`) and the median of the others (`warm_s`), no MLflow.
 """
 
 from __future__ import annotations
@@ -73,6 +76,54 @@ def run_once(side: Side, model: str, root: Path, overrides: list[str], cell: boo
     return wall, MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
 
 
+# run by `--warm` in a process of the side's tree: N evaluations, their seconds, the last one's
+# scores and per-sample records (the same calls as the evaluation runner's, without MLflow)
+WARM_DRIVER = """
+import json, sys, tempfile, time
+from pathlib import Path
+import torch
+from hacrl.config import compose, model_path
+from hacrl.evaluation import Protocol
+from hacrl.evaluation.lmeval import Backend, run_lm_eval
+from hacrl.evaluation.runner import data_files
+model, evals, *overrides = sys.argv[1:]
+cfg = compose(overrides)
+if cfg.engine.get("threads"):
+    torch.set_num_threads(int(cfg.engine.threads))
+benchmarks = [str(b) for b in cfg.eval.benchmarks]
+files = data_files(cfg, benchmarks)
+protocol = Protocol.in_use(cfg.eval)[0]
+backend = Backend.from_config(cfg.eval, str(cfg.engine.get("device", "cpu")))
+seconds = []
+for _ in range(int(evals)):
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        out = run_lm_eval(model_path(cfg, 0, model), benchmarks, files, protocol, backend,
+                          Path(tmp), seed=int(cfg.seed))
+        seconds.append(time.perf_counter() - started)
+print(json.dumps({"seconds": seconds, "scores": out.metrics, "samples": out.samples},
+                 default=str))
+"""
+
+
+def warm_run(side: Side, model: str, evals: int, overrides: list[str]
+             ) -> tuple[dict[str, float], dict[str, Any]]:
+    """`evals` evaluations of `model` in one process of `side`: times, results."""
+    env = {**os.environ, "PYTHONPATH": str(side.tree)}
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", WARM_DRIVER, model, str(evals), *overrides,
+                          *side.overrides], capture_output=True, text=True, cwd=side.tree,
+                         env=env)
+    wall = time.perf_counter() - started
+    if out.returncode != 0:
+        raise RuntimeError(f"{side.name}: evaluations failed:\n{out.stdout}{out.stderr}")
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    seconds = got["seconds"]
+    measured = {"wall_s": wall, "cold_s": seconds[0],
+                "warm_s": statistics.median(seconds[1:] or seconds)}
+    return measured, {model: {"scores": got["scores"], "samples": got["samples"]}}
+
+
 def results(client: Any, root: Path) -> dict[str, Any]:
     """What must not change: every run's scores and validation curve, every per-sample record
     (keyed by the run's model tag; time metrics left out)."""
@@ -95,6 +146,16 @@ def results(client: Any, root: Path) -> dict[str, Any]:
                    for p in sorted(folder.glob("*.jsonl"))}
         found[label] = {"scores": scores, "validation": curves, "samples": samples}
     return found
+
+
+def measure(side: Side, model: str, root: Path, overrides: list[str], args: Any,
+            compare: bool) -> tuple[dict[str, float], dict[str, Any]]:
+    """One measurement of `side`: the seconds to report, and the results when comparing."""
+    if args.warm:
+        return warm_run(side, model, args.warm, overrides)
+    wall, client = run_once(side, model, root, overrides, args.cell)
+    return ({"wall_s": wall, **times(client, args.cell)},
+            results(client, root) if compare else {})
 
 
 def times(client: Any, cell: bool) -> dict[str, float]:
@@ -135,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-overrides", nargs="+", default=[], metavar="KEY=VALUE",
                         help="overrides of the baseline side only (e.g. an old setting)")
     parser.add_argument("--cell", action="store_true", help="time `hacrl train` cells")
+    parser.add_argument("--warm", type=int, default=0, metavar="N",
+                        help="N evaluations in one process per side (no MLflow)")
     args, overrides = parser.parse_known_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     with tempfile.TemporaryDirectory(prefix="hacrl-bench-eval-") as tmp:
@@ -151,13 +214,13 @@ def main(argv: list[str] | None = None) -> int:
                 found: dict[str, Any] = {}
                 for side in order:
                     root = Path(tmp) / f"{model}-{side.name}-{repeat}"
-                    wall, client = run_once(side, model, root, overrides, args.cell)
-                    side.runs.append({"wall_s": wall, **times(client, args.cell)})
-                    found[side.name] = results(client, root) if len(sides) > 1 else {}
-                    shown = " ".join(f"{k}={v:.3f}" if k == "avg_acc" else f"{k}={v:.1f}"
-                                     for k, v in side.runs[-1].items() if k != "wall_s")
-                    print(f"{model:<24} {side.name:<4} {repeat:>6} {wall:>8.1f}  {shown}",
-                          flush=True)
+                    seconds, found[side.name] = measure(side, model, root, overrides, args,
+                                                        len(sides) > 1)
+                    side.runs.append(seconds)
+                    shown = " ".join(f"{k}={v:.3f}" if k == "avg_acc" else f"{k}={v:.2f}"
+                                     for k, v in seconds.items() if k != "wall_s")
+                    print(f"{model:<24} {side.name:<4} {repeat:>6} {seconds['wall_s']:>8.1f}  "
+                          f"{shown}", flush=True)
                 if len(sides) > 1:
                     mismatches += [f"{model} repeat {repeat}: {d}"
                                    for d in differences(found["old"], found["new"])]
