@@ -60,6 +60,13 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
         cfg = compose(overrides)
         Protocol.in_use(cfg.eval)
         runner.data_files(cfg, [str(b) for b in cfg.eval.benchmarks])  # missing data: stop here
+        if cfg.engine.get("threads"):
+            # as a training job does (engine.threads: 1 at scale=tiny): torch's default of a
+            # thread per core made the tiny models' generation several times slower on a
+            # busy 2-core CPU (threads waiting on each other), for the same responses
+            import torch
+
+            torch.set_num_threads(int(cfg.engine.threads))
         output_root = Layout.at(cfg.output_root).root
         tracker = Tracker(resolve_uri(cfg.tracking.uri, output_root), cfg.tracking.experiment)
         if args.model:

@@ -10,19 +10,32 @@ from collections.abc import Sequence
 
 from hacrl.arith import Problem
 from hacrl.engines.base import Engine
-from hacrl.rollout import SamplingParams, render_prompt_ids
+from hacrl.rollout import ChatTokenizer, SamplingParams, render_prompt_ids
 from hacrl.tasks import Grader
 
 
+def render_prompts(tokenizer: ChatTokenizer, problems: Sequence[Problem],
+                   template: str) -> list[list[int]]:
+    """Each problem as the agent sees it: the template filled in, its own chat template."""
+    return [render_prompt_ids(tokenizer,
+                              [{"role": "user", "content": template.format(question=p.question)}])
+            for p in problems]
+
+
 def greedy_accuracy(engine: Engine, problems: Sequence[Problem], template: str,
-                    max_new_tokens: int, grade: Grader) -> float:
-    """Fraction of problems whose greedy response the verifier accepts."""
+                    max_new_tokens: int, grade: Grader,
+                    prompts: Sequence[list[int]] | None = None) -> float:
+    """Fraction of problems whose greedy response the verifier accepts.
+
+    `prompts`: the problems already rendered for this engine's tokenizer (`render_prompts`);
+    validation renders them once per agent instead of at every validation.
+    """
     if not problems:
         return 0.0
-    prompts = [render_prompt_ids(engine.tokenizer,
-                                 [{"role": "user", "content": template.format(question=p.question)}])
-               for p in problems]
-    groups = engine.generate(prompts, 1, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
+    if prompts is None:
+        prompts = render_prompts(engine.tokenizer, problems, template)
+    groups = engine.generate(list(prompts), 1,
+                             SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
     texts = [engine.decode(group[0].token_ids) for group in groups]
     scores = grade(texts, [p.answer for p in problems])
     return sum(scores) / len(scores)

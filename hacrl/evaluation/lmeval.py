@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,20 +92,24 @@ class Backend:
     data_parallel_size: int = 1
     gpu_memory_utilization: float = 0.85
     max_prompt_tokens: int = 1024
+    greedy_batch_size: int | None = None  # hf: greedy requests' batch size (None: batch_size)
 
     @classmethod
     def from_config(cls, eval_cfg: Any, device: str) -> Backend:
         v = eval_cfg.vllm
+        greedy = eval_cfg.get("greedy_batch_size")
         return cls(str(eval_cfg.backend), int(eval_cfg.batch_size), str(eval_cfg.dtype), device,
                    int(v.tensor_parallel_size), int(v.data_parallel_size),
-                   float(v.gpu_memory_utilization), int(v.max_prompt_tokens))
+                   float(v.gpu_memory_utilization), int(v.max_prompt_tokens),
+                   int(greedy) if greedy else None)
 
     def model_args(self, model_path: str, protocol: Protocol, seed: int) -> dict[str, Any]:
         """lm-eval model_args for this backend (the chat template's thinking switch included)."""
         common: dict[str, Any] = {"pretrained": model_path, "dtype": self.dtype,
                                   "enable_thinking": protocol.enable_thinking}
         if self.name == "hf":
-            return {**common, "device": self.device, "batch_size": self.batch_size}
+            return {**common, "device": self.device, "batch_size": self.batch_size,
+                    "greedy_batch_size": self.greedy_batch_size or self.batch_size}
         if self.name == "vllm":
             return {**common, "tensor_parallel_size": self.tensor_parallel_size,
                     "data_parallel_size": self.data_parallel_size,
@@ -114,6 +120,18 @@ class Backend:
         from hacrl.errors import ConfigError
 
         raise ConfigError(f"eval.backend={self.name}: unknown backend; use hf or vllm")
+
+    def make_lm(self, model_path: str, protocol: Protocol, seed: int) -> Any:
+        """The lm-eval model, built from `model_args` as lm-eval's `simple_evaluate` builds it
+        (hf: its `hf` model with separate greedy and sampled batch sizes)."""
+        args = self.model_args(model_path, protocol, seed)
+        if self.name == "hf":
+            from hacrl.evaluation.hf_lm import SplitBatchHFLM
+
+            return SplitBatchHFLM.create_from_arg_obj(args)
+        from lm_eval.api.registry import get_model
+
+        return get_model(self.name).create_from_arg_obj(args)
 
 
 @dataclass
@@ -136,10 +154,38 @@ def _sample_record(sample: dict[str, Any]) -> dict[str, Any]:
             "acc": sample.get("acc"), "exact_match": sample.get("exact_match")}
 
 
+def evaluate_suite(make_lm: Callable[[], Any], manager: Any, seed: int,
+                   limit: int | None) -> dict[str, Any] | None:
+    """lm-eval's `simple_evaluate` for the `hacrl_suite` group, less its environment report.
+
+    The steps of `simple_evaluate` up to its call of lm-eval's `evaluate`, in its order (the
+    seeds before the model is built, then the tasks, zero-shot, the few-shot seed), then
+    `evaluate` with the same arguments. What is left out runs after the results are in:
+    the report of the environment, which runs torch's `collect_env` (`pip list` and a dozen
+    other commands: 0.5-0.8 s of each tiny evaluation on a busy 2-core CPU, more than task
+    building and grading together) and git, for fields hacrl never reads.
+    """
+    import numpy as np
+    from lm_eval.evaluator import evaluate
+    from lm_eval.utils import set_torch_seed
+
+    random.seed(seed)
+    np.random.seed(seed)
+    set_torch_seed(seed)
+    lm = make_lm()
+    loaded = manager.load([SUITE])
+    for task in loaded["tasks"].values():
+        if task.get_config("num_fewshot") is None:
+            task.set_config(key="num_fewshot", value=0)
+        task.set_fewshot_seed(seed=seed)
+    return evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0, log_samples=True,
+                    apply_chat_template=True, fewshot_as_multiturn=True, verbosity="ERROR")
+
+
 def run_lm_eval(model_path: str, benchmarks: list[str], data_files: dict[str, Path],
                 protocol: Protocol, backend: Backend, workdir: Path, seed: int = 0,
                 limit: int | None = None, lm: Any = None) -> EvalOutcome:
-    """Evaluate one model on the benchmarks through lm-eval's `simple_evaluate`.
+    """Evaluate one model on the benchmarks through lm-eval (`evaluate_suite`).
 
     `lm` replaces the backend by a ready lm-eval `LM` instance (tests script the responses).
     """
@@ -147,7 +193,6 @@ def run_lm_eval(model_path: str, benchmarks: list[str], data_files: dict[str, Pa
     started = time.perf_counter()
     import datasets
     import lm_eval
-    from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     datasets.disable_progress_bars()  # local json files load in milliseconds
@@ -156,13 +201,9 @@ def run_lm_eval(model_path: str, benchmarks: list[str], data_files: dict[str, Pa
     names = materialize(benchmarks, data_files, protocol, workdir / "tasks")
     manager = TaskManager(include_path=str(workdir / "tasks"), include_defaults=False,
                           verbosity="ERROR")
-    res = simple_evaluate(model=lm if lm is not None else backend.name,
-                          model_args=None if lm is not None else
-                          backend.model_args(model_path, protocol, seed),
-                          tasks=[SUITE], task_manager=manager, apply_chat_template=True,
-                          log_samples=True, bootstrap_iters=0, limit=limit, random_seed=seed,
-                          numpy_random_seed=seed, torch_random_seed=seed,
-                          fewshot_random_seed=seed, verbosity="ERROR")
+    res = evaluate_suite((lambda: lm) if lm is not None else
+                         (lambda: backend.make_lm(model_path, protocol, seed)),
+                         manager, seed, limit)
     if res is None:  # lm-eval returns None on non-zero ranks of a distributed run
         raise RuntimeError("lm-eval returned no results (not the main process?)")
     metrics: dict[str, dict[str, float]] = {}
