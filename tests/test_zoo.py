@@ -287,7 +287,7 @@ def test_build_atomic_card_last_and_skip(
     def boom(*args: object, **kwargs: object) -> dict[str, object]:
         raise AssertionError("rebuilt a complete model")
 
-    monkeypatch.setattr(build_mod, "build_model", boom)
+    monkeypatch.setattr(build_mod, "build_models", boom)
     assert build_zoo(root=tmp_path, names=[fast_zoo], workers=1) == {fast_zoo: card}
     # ... unless forced
     with pytest.raises(AssertionError, match="rebuilt"):

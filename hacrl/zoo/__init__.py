@@ -3,6 +3,7 @@
 from hacrl.zoo.build import (
     build_micro_model,
     build_model,
+    build_models,
     build_zoo,
     default_zoo_dir,
     is_built,
@@ -21,6 +22,7 @@ __all__ = [
     "ZooSpec",
     "build_micro_model",
     "build_model",
+    "build_models",
     "build_tokenizer",
     "build_zoo",
     "default_zoo_dir",

@@ -24,14 +24,16 @@ import transformers
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from hacrl.arith import load_probe, load_split
-from hacrl.zoo.sft import SFTConfig, probe_accuracy, sft_train
-from hacrl.zoo.specs import ZOO, ZooSpec, make_config, validate_names
+from hacrl.zoo.schedule import group_runs, schedule
+from hacrl.zoo.sft import SFTConfig, SFTResult, probe_accuracy, sft_train, sft_train_stages
+from hacrl.zoo.specs import ZOO, ZooSpec, make_config, shares_sft, validate_names
 from hacrl.zoo.tokenizers import FAMILIES, build_tokenizer
 
 __all__ = [
     "CARD_NAME",
     "build_micro_model",
     "build_model",
+    "build_models",
     "build_zoo",
     "default_zoo_dir",
     "is_built",
@@ -124,25 +126,60 @@ def _save_model_dir(model: PreTrainedModel, tok: PreTrainedTokenizerBase, card: 
 
 def build_model(spec: ZooSpec, out_dir: str | Path, seed: int = 0) -> dict[str, Any]:
     """Build one zoo model into ``out_dir`` atomically and return its card."""
+    return build_models([spec], [out_dir], seed)[0]
+
+
+def build_models(
+    specs: Sequence[ZooSpec], out_dirs: Sequence[str | Path], seed: int = 0
+) -> list[dict[str, Any]]:
+    """Build zoo models that share one SFT trajectory (see ``shares_sft``) with one SFT run;
+    each is saved atomically into its ``out_dirs`` entry as soon as it reaches its target,
+    with the weights a separate ``build_model`` would give it. Returns their cards."""
+    if not specs or len(specs) != len(out_dirs):
+        raise ValueError("build_models needs one output directory per spec")
+    lead = specs[0]
+    if not all(shares_sft(lead, s) for s in specs[1:]):
+        raise ValueError(f"{[s.name for s in specs]} do not share one SFT run")
     t0 = time.perf_counter()
-    final = Path(out_dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(final.parent, final.name)
-    tok = build_tokenizer(spec.family)
-    init_seed = _init_seed(spec, seed)
-    model = _new_model(spec, tok, init_seed)
+    finals = [Path(d) for d in out_dirs]
+    for final in finals:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(final.parent, final.name)
+    tok = build_tokenizer(lead.family)
+    init_seed = _init_seed(lead, seed)
+    model = _new_model(lead, tok, init_seed)
     cfg = SFTConfig(
-        lr=spec.lr,
-        batch_size=spec.batch_size,
-        warmup_steps=spec.warmup_steps,
-        max_steps=spec.max_steps,
-        eval_every=spec.eval_every,
-        target_accuracy=spec.target_accuracy,
+        lr=lead.lr,
+        batch_size=lead.batch_size,
+        warmup_steps=lead.warmup_steps,
+        max_steps=lead.max_steps,
+        eval_every=lead.eval_every,
         seed=init_seed,
     )
-    result = sft_train(model, tok, load_split("train"), cfg, load_probe())
-    bench = probe_accuracy(model, tok, load_split("tiny_math500"))
-    card = {
+    cards: list[dict[str, Any]] = [{} for _ in specs]
+
+    def save(i: int, result: SFTResult) -> None:
+        bench = probe_accuracy(model, tok, load_split("tiny_math500"))
+        seconds = time.perf_counter() - t0  # of the shared run, up to this model
+        cards[i] = _card(specs[i], seed, init_seed, result, bench, model, tok, seconds)
+        _save_model_dir(model, tok, cards[i], finals[i])
+
+    targets = [s.target_accuracy for s in specs]
+    sft_train_stages(model, tok, load_split("train"), cfg, load_probe(), targets, save)
+    return cards
+
+
+def _card(
+    spec: ZooSpec,
+    seed: int,
+    init_seed: int,
+    result: SFTResult,
+    bench: float,
+    model: PreTrainedModel,
+    tok: PreTrainedTokenizerBase,
+    seconds: float,
+) -> dict[str, Any]:
+    return {
         "format": _CARD_FORMAT,
         "name": spec.name,
         "spec": spec.to_dict(),
@@ -159,10 +196,8 @@ def build_model(spec: ZooSpec, out_dir: str | Path, seed: int = 0) -> dict[str, 
         "vocab_size": len(tok),
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
-        "seconds": round(time.perf_counter() - t0, 2),
+        "seconds": round(seconds, 2),
     }
-    _save_model_dir(model, tok, card, final)
-    return card
 
 
 def _summary(card: dict[str, Any]) -> str:
@@ -172,9 +207,9 @@ def _summary(card: dict[str, Any]) -> str:
     )
 
 
-def _build_in_worker(name: str, out_dir: str, seed: int) -> dict[str, Any]:
+def _build_in_worker(names: list[str], root: str, seed: int) -> list[dict[str, Any]]:
     torch.set_num_threads(1)
-    return build_model(ZOO[name], out_dir, seed)
+    return build_models([ZOO[n] for n in names], [Path(root) / n for n in names], seed)
 
 
 def build_zoo(
@@ -186,9 +221,11 @@ def build_zoo(
 ) -> dict[str, dict[str, Any]]:
     """Build every (or the named) zoo model under ``root``; returns the cards by name.
 
-    Models already complete are skipped unless ``force``. Models are built in
-    ``workers`` spawned processes, each limited to one torch thread (so a script
-    calling this needs the usual ``if __name__ == "__main__":`` guard).
+    Models already complete are skipped unless ``force``. Models sharing an SFT trajectory
+    are built by one SFT run (``build_models``). Runs go to ``workers`` spawned processes,
+    each limited to one torch thread (so a script calling this needs the usual
+    ``if __name__ == "__main__":`` guard), in the order that ``schedule`` expects to finish
+    first.
     """
     todo_names = validate_names(None if names is None else list(names))
     base = Path(root) if root is not None else default_zoo_dir()
@@ -200,26 +237,25 @@ def build_zoo(
             cards[name] = load_card(name, base)
         else:
             todo.append(name)
-    # Longest builds first so the pool stays busy.
-    todo.sort(key=lambda n: -ZOO[n].target_accuracy * ZOO[n].hidden_size * ZOO[n].num_layers)
-    if workers <= 1 or len(todo) <= 1:
+    runs = schedule(group_runs(todo), workers)
+    if workers <= 1 or len(runs) <= 1:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            for name in todo:
-                cards[name] = build_model(ZOO[name], base / name, seed)
-                _log.info("built %s: %s", name, _summary(cards[name]))
+            for run in runs:
+                for card in build_models([ZOO[n] for n in run], [base / n for n in run], seed):
+                    cards[card["name"]] = card
+                    _log.info("built %s: %s", card["name"], _summary(card))
         finally:
             torch.set_num_threads(threads)
     else:
-        n = min(workers, len(todo))
+        n = min(workers, len(runs))
         with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
-            futures = {
-                pool.submit(_build_in_worker, name, str(base / name), seed): name for name in todo
-            }
+            futures = [pool.submit(_build_in_worker, run, str(base), seed) for run in runs]
             for fut in as_completed(futures):
-                cards[futures[fut]] = fut.result()
-                _log.info("built %s: %s", futures[fut], _summary(cards[futures[fut]]))
+                for card in fut.result():
+                    cards[card["name"]] = card
+                    _log.info("built %s: %s", card["name"], _summary(card))
     return {name: cards[name] for name in todo_names}
 
 

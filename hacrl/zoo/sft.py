@@ -2,14 +2,15 @@
 
 The loss covers response tokens only: the prompt is the question rendered with the
 model's own chat template, the response is the worked solution followed by EOS.
-Training stops once greedy accuracy on a fixed probe set reaches a target.
+Training stops once greedy accuracy on a fixed probe set reaches a target; one run can
+serve several targets (``sft_train_stages``), stopping once for each along the way.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -26,6 +27,7 @@ __all__ = [
     "probe_accuracy",
     "render_prompt",
     "sft_train",
+    "sft_train_stages",
 ]
 
 
@@ -91,6 +93,27 @@ def _collate(
     return ids, mask, labels
 
 
+class _PaddedExamples:
+    """Every example collated once, right-padded to the longest; a batch is then a row gather
+    and a cut to the batch's longest example: the very tensors ``_collate`` would build for
+    those rows, without rebuilding them from Python lists at every step."""
+
+    def __init__(self, examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> None:
+        self.ids, self.mask, self.labels = _collate(examples, pad_id)
+        self.lengths = torch.tensor([len(p) + len(r) for p, r in examples])
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def batch(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        length = int(self.lengths[rows].max())
+        return (
+            self.ids[rows, :length].contiguous(),
+            self.mask[rows, :length].contiguous(),
+            self.labels[rows, :length].contiguous(),
+        )
+
+
 @torch.no_grad()
 def greedy_generate(
     model: PreTrainedModel,
@@ -146,6 +169,9 @@ def _max_response_tokens(examples: Sequence[tuple[list[int], list[int]]]) -> int
     return max(len(r) for _, r in examples)
 
 
+StopHook = Callable[[int, SFTResult], None]
+
+
 def sft_train(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -154,32 +180,65 @@ def sft_train(
     probe: Sequence[Problem] = (),
 ) -> SFTResult:
     """Train ``model`` in place; deterministic for a given ``cfg.seed`` and thread count."""
+    return sft_train_stages(model, tokenizer, train, cfg, probe, [cfg.target_accuracy])[0]
+
+
+def sft_train_stages(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train: Sequence[Problem],
+    cfg: SFTConfig,
+    probe: Sequence[Problem],
+    targets: Sequence[float | None],
+    on_stop: StopHook | None = None,
+) -> list[SFTResult]:
+    """One SFT run standing in for ``sft_train`` runs with ``target_accuracy`` = each of
+    ``targets`` (``cfg.target_accuracy`` is not used); a result per target.
+
+    Probing only reads the weights and the data order comes from ``cfg.seed`` alone, so these
+    runs share one trajectory up to where each stops: the run goes on until the last target
+    stops, and ``on_stop(i, result)`` sees the model exactly as ``sft_train`` with target i
+    would return it (same step, same weights, eval mode). A probe due for several targets at
+    one step runs once.
+    """
+    if not targets:
+        raise ValueError("sft_train_stages needs at least one target")
     t0 = time.perf_counter()
     examples = encode_examples(tokenizer, train)
-    max_new = _max_response_tokens(examples) + 4
     pad = tokenizer.pad_token_id
     assert isinstance(pad, int)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    data = _PaddedExamples(examples, pad)
+    stages = [_Probing(t, cfg.eval_every, probe) for t in targets]
+    max_new = _max_response_tokens(examples) + 4
     opt = _optimizer(model, cfg)
-    batches = _batches(examples, cfg.batch_size, gen)
-    probing = _Probing(cfg, probe, max_new)
+    rows = _batch_rows(len(data), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
+    results: dict[int, SFTResult] = {}
+
+    def stop(i: int, step: int, loss: float) -> None:
+        model.eval()
+        results[i] = stages[i].result(step, loss, time.perf_counter() - t0)
+        if on_stop is not None:
+            on_stop(i, results[i])
+
     loss_value, step = float("nan"), 0
     model.train()
-    while step < cfg.max_steps:
-        loss_value = _train_step(model, opt, _collate(next(batches), pad), _lr_at(cfg, step))
+    while step < cfg.max_steps and len(results) < len(stages):
+        loss_value = _train_step(model, opt, data.batch(next(rows)), _lr_at(cfg, step))
         step += 1
-        if probing.due(step) and probing.reached(model, tokenizer, step):
-            break
+        due = [i for i, s in enumerate(stages) if i not in results and s.due(step)]
+        if due:
+            t_eval = time.perf_counter()
+            acc = probe_accuracy(model, tokenizer, probe, max_new)
+            seconds = time.perf_counter() - t_eval
+            for i in due:
+                if stages[i].record(step, acc, seconds):
+                    stop(i, step, loss_value)
+            model.train()
+    for i in range(len(stages)):
+        if i not in results:  # max_steps reached first
+            stop(i, step, loss_value)
     model.eval()
-    return SFTResult(
-        step,
-        probing.accuracy,
-        probing.reached_target,
-        time.perf_counter() - t0,
-        loss_value,
-        probing.seconds,
-        probing.history,
-    )
+    return [results[i] for i in range(len(stages))]
 
 
 def _optimizer(model: PreTrainedModel, cfg: SFTConfig) -> torch.optim.AdamW:
@@ -204,17 +263,15 @@ def _lr_at(cfg: SFTConfig, step: int) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
-def _batches(
-    examples: Sequence[tuple[list[int], list[int]]], batch_size: int, gen: torch.Generator
-) -> Iterator[list[tuple[list[int], list[int]]]]:
-    """Batches in a random order drawn from ``gen``, endlessly: a new permutation whenever the
-    rest of the current one is shorter than a batch."""
-    order = torch.randperm(len(examples), generator=gen)
+def _batch_rows(n: int, batch_size: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
+    """Row indices of batches in a random order drawn from ``gen``, endlessly: a new
+    permutation whenever the rest of the current one is shorter than a batch."""
+    order = torch.randperm(n, generator=gen)
     cursor = 0
     while True:
-        if cursor + batch_size > len(order):
-            order, cursor = torch.randperm(len(examples), generator=gen), 0
-        yield [examples[int(i)] for i in order[cursor : cursor + batch_size]]
+        if cursor + batch_size > n:
+            order, cursor = torch.randperm(n, generator=gen), 0
+        yield order[cursor : cursor + batch_size]
         cursor += batch_size
 
 
@@ -237,35 +294,30 @@ def _train_step(
 
 
 class _Probing:
-    """When to probe greedy accuracy during SFT, and what the probes found.
+    """When to probe greedy accuracy for one target, and what the probes found.
 
     Probing runs only with a target accuracy and probe problems: first at step 2 * eval_every,
     then every eval_every steps once accuracy is at least half the target (2 * eval_every
     before that).
     """
 
-    def __init__(self, cfg: SFTConfig, problems: Sequence[Problem], max_new_tokens: int) -> None:
-        self.target = cfg.target_accuracy
-        self.eval_every = cfg.eval_every
-        self.problems = problems
-        self.max_new_tokens = max_new_tokens
-        self.next_eval = 2 * cfg.eval_every
+    def __init__(self, target: float | None, eval_every: int, problems: Sequence[Problem]) -> None:
+        self.target = target
+        self.eval_every = eval_every
+        self.enabled = target is not None and bool(problems)
+        self.next_eval = 2 * eval_every
         self.accuracy: float | None = None
         self.reached_target = False
         self.seconds = 0.0
         self.history: list[tuple[int, float]] = []
 
     def due(self, step: int) -> bool:
-        return self.target is not None and bool(self.problems) and step >= self.next_eval
+        return self.enabled and step >= self.next_eval
 
-    def reached(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, step: int
-    ) -> bool:
-        """Probe now; True once the target is reached (training stops)."""
+    def record(self, step: int, acc: float, seconds: float) -> bool:
+        """Take the probe result at ``step``; True once the target is reached (stop here)."""
         assert self.target is not None
-        t_eval = time.perf_counter()
-        acc = probe_accuracy(model, tokenizer, self.problems, self.max_new_tokens)
-        self.seconds += time.perf_counter() - t_eval
+        self.seconds += seconds
         self.accuracy = acc
         self.history.append((step, acc))
         if acc >= self.target:
@@ -274,3 +326,14 @@ class _Probing:
         near = acc >= 0.5 * self.target
         self.next_eval = step + (self.eval_every if near else 2 * self.eval_every)
         return False
+
+    def result(self, step: int, loss: float, seconds: float) -> SFTResult:
+        return SFTResult(
+            step,
+            self.accuracy,
+            self.reached_target,
+            seconds,
+            loss,
+            self.seconds,
+            list(self.history),
+        )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from transformers import LlamaConfig, PretrainedConfig, PreTrainedTokenizerBase, Qwen3Config
 
-__all__ = ["ZOO", "ZooSpec", "make_config", "validate_names"]
+__all__ = ["ZOO", "ZooSpec", "make_config", "shares_sft", "validate_names"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,15 @@ ZOO: dict[str, ZooSpec] = {
         _spec("llama3.2-3b-instruct", "meta-llama/Llama-3.2-3B-Instruct", "llama", 80, 3, 0.45),
     )
 }
+
+
+def shares_sft(a: ZooSpec, b: ZooSpec) -> bool:
+    """Whether ``a`` and ``b`` follow one SFT trajectory (same init, data order, architecture
+    and recipe) and differ only in where they stop (``target_accuracy``) and naming."""
+    def recipe(s: ZooSpec) -> ZooSpec:
+        return replace(s, name="", paper_model="", target_accuracy=0.0, init_key="")
+
+    return (a.init_key or a.name) == (b.init_key or b.name) and recipe(a) == recipe(b)
 
 
 def validate_names(names: list[str] | tuple[str, ...] | None) -> list[str]:
