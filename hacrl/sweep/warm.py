@@ -27,7 +27,8 @@ from typing import Any
 
 # what every cell imports anyway; a module missing here is imported by the cell itself
 PRELOAD = ["torch", "transformers", "mlflow", "lm_eval", "hacrl.job", "hacrl.train",
-           "hacrl.sweep.cell_run", "hacrl.evaluation.runner", "hacrl.engines.local"]
+           "hacrl.sweep.cell_run", "hacrl.evaluation.runner", "hacrl.evaluation.hf_lm",
+           "hacrl.engines.local"]
 LOG_ENV = "HACRL_CELL_LOG"  # cell_run records it as the cell's log
 
 
