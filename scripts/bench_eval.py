@@ -23,18 +23,18 @@ imports done): the first (`cold_s`) and the median of the others (`warm_s`), no 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from revision import export_revision  # scripts/revision.py (this script's folder)
 
 TREE = Path(__file__).resolve().parents[1]
 
@@ -47,15 +47,6 @@ class Side:
     tree: Path
     overrides: list[str]
     runs: list[dict[str, float]] = field(default_factory=list)
-
-
-def export_revision(rev: str, dest: Path) -> Path:
-    """The files of git revision `rev` of this repository, written under `dest`."""
-    blob = subprocess.run(["git", "-C", str(TREE), "archive", "--format=tar", rev],
-                          check=True, capture_output=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest
 
 
 def run_once(side: Side, model: str, root: Path, overrides: list[str], cell: bool

@@ -1,13 +1,16 @@
 """The same small sweep the old way and the new way, side by side in one run; figures only.
 
     python scripts/bench_sweep.py [--methods gspo hacpo] [--pairs size] [--repeats 1]
-                                  [-- extra overrides, e.g. train.steps=10]
+                                  [--baseline REV] [-- extra overrides, e.g. train.steps=10]
 
 Each repeat runs one `hacrl sweep` per way into its own fresh output root (the ways alternate,
 so the machine's noise hits both alike):
   cold   one submitit process per cell (`hydra.sweeper.warm=false`): a new interpreter, its
          imports and submitit's polling per cell, as every sweep ran before;
   warm   the cells forked from one process that imported everything once (the default).
+With `--baseline REV` the ways are instead `old`, the code of git revision REV (exported into a
+temporary folder) as it ran its sweeps, and `new`, this tree as it runs them: every change
+between the two at once (warm cells, cache-sized forwards, faster evaluation).
 It prints each way's sweep wall time and the ratio cold / warm, then per way the median over
 cells of each phase the job logs (startup = process start to job start, setup, validation,
 train, eval, tracking) and `outside` = the cell's wall time as the sweep sees it minus the
@@ -41,17 +44,18 @@ hydra:
       - pair: {pairs}
         method: {methods}
 """
-WAYS = {"cold": ["hydra.sweeper.warm=false"], "warm": ["hydra.sweeper.warm=true"]}
+TREE = Path(__file__).resolve().parents[1]
 PHASES = ("startup_s", "setup_s", "validation_s", "train_s", "eval_s", "tracking_s")
 
 
-def run_sweep(configs: Path, root: Path, way: str, overrides: list[str]) -> float:
-    """Wall seconds of one `hacrl sweep bench` into `root`."""
+def run_sweep(configs: Path, root: Path, way: str, tree: Path, overrides: list[str]) -> float:
+    """Wall seconds of one `hacrl sweep bench` of the code in `tree` into `root`."""
     started = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "hacrl.cli", "sweep", "bench",
                           f"hydra.searchpath=[file://{configs}]", f"output_root={root}",
-                          *WAYS[way], *overrides],
-                         capture_output=True, text=True, env={**os.environ, "HACRL_OUTPUTS": str(root)})
+                          *overrides],
+                         capture_output=True, text=True, cwd=tree,
+                         env={**os.environ, "HACRL_OUTPUTS": str(root), "PYTHONPATH": str(tree)})
     wall = time.perf_counter() - started
     if out.returncode != 0:
         sys.stderr.write(out.stdout[-4000:] + out.stderr[-4000:])
@@ -86,43 +90,74 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", nargs="+", default=["gspo", "hacpo"])
     parser.add_argument("--pairs", nargs="+", default=["size"])
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--baseline", metavar="REV", help="git revision to compare against")
     args, overrides = parser.parse_known_args(argv)
     overrides = [o for o in overrides if o != "--"]
-    walls: dict[str, list[float]] = {w: [] for w in WAYS}
-    rows: dict[str, list[dict]] = {w: [] for w in WAYS}
-    scores: dict[str, list[dict]] = {w: [] for w in WAYS}
     with tempfile.TemporaryDirectory(prefix="hacrl-bench-sweep-") as tmp:
-        configs = Path(tmp) / "configs"
-        (configs / "sweep").mkdir(parents=True)
-        (configs / "sweep" / "bench.yaml").write_text(SWEEP.format(
-            pairs=json.dumps(args.pairs), methods=json.dumps(args.methods)))
-        for repeat in range(args.repeats):
-            order = list(WAYS) if repeat % 2 == 0 else list(reversed(WAYS))
-            for way in order:
-                root = Path(tmp) / f"{way}-{repeat}"
-                walls[way].append(run_sweep(configs, root, way, overrides))
-                rows[way].extend(cell_rows(root))
-                scores[way].append(final_scores(root))
-                print(f"repeat {repeat} {way}: {walls[way][-1]:.1f} s", flush=True)
-    cells = len(rows["cold"]) // args.repeats
+        if args.baseline:
+            from revision import export_revision  # scripts/revision.py (this script's folder)
+
+            ways = {"old": (export_revision(args.baseline, Path(tmp) / "old-src"), []),
+                    "new": (TREE, [])}
+        else:
+            ways = {"cold": (TREE, ["hydra.sweeper.warm=false"]),
+                    "warm": (TREE, ["hydra.sweeper.warm=true"])}
+        return compare(ways, args, overrides, Path(tmp))
+
+
+def compare(ways: dict[str, tuple[Path, list[str]]], args: argparse.Namespace,
+            overrides: list[str], tmp: Path) -> int:
+    """Run the ways in turn, `args.repeats` times, and print the comparison."""
+    walls: dict[str, list[float]] = {w: [] for w in ways}
+    rows: dict[str, list[dict]] = {w: [] for w in ways}
+    scores: dict[str, list[dict]] = {w: [] for w in ways}
+    configs = tmp / "configs"
+    (configs / "sweep").mkdir(parents=True)
+    (configs / "sweep" / "bench.yaml").write_text(SWEEP.format(
+        pairs=json.dumps(args.pairs), methods=json.dumps(args.methods)))
+    for repeat in range(args.repeats):
+        order = list(ways) if repeat % 2 == 0 else list(reversed(ways))
+        for way in order:
+            root = tmp / f"{way}-{repeat}"
+            tree, own = ways[way]
+            walls[way].append(run_sweep(configs, root, way, tree, [*own, *overrides]))
+            rows[way].extend(cell_rows(root))
+            scores[way].append(final_scores(root))
+            print(f"repeat {repeat} {way}: {walls[way][-1]:.1f} s", flush=True)
+    first, second = ways
+    cells = len(rows[first]) // args.repeats
     print(f"\n{cells} cells ({' '.join(args.methods)} x {' '.join(args.pairs)}"
           f"{' ' + ' '.join(overrides) if overrides else ''}), {args.repeats} repeat(s), "
           f"{os.cpu_count()} cores")
-    cold, warm = statistics.median(walls["cold"]), statistics.median(walls["warm"])
-    print(f"sweep wall (median): cold {cold:.1f} s, warm {warm:.1f} s, "
-          f"ratio cold/warm {cold / warm:.2f}")
+    before, after = statistics.median(walls[first]), statistics.median(walls[second])
+    print(f"sweep wall (median): {first} {before:.1f} s, {second} {after:.1f} s, "
+          f"ratio {first}/{second} {before / after:.2f}")
     print(f"\nper cell, median seconds: {'way':<6}" + "".join(f"{p[:-2]:>11}" for p in PHASES)
           + f"{'outside':>9}{'wall':>8}")
-    for way in WAYS:
+    for way in ways:
         medians = [statistics.median(float(r.get(p) or 0.0) for r in rows[way]) for p in PHASES]
         outside = statistics.median(float(r["wall_s"]) - sum(float(r.get(p) or 0.0)
                                                             for p in PHASES) for r in rows[way])
         wall = statistics.median(float(r["wall_s"]) for r in rows[way])
         print(f"{'':<26}{way:<6}" + "".join(f"{m:>11.2f}" for m in medians)
               + f"{outside:>9.2f}{wall:>8.2f}")
-    same = all(a == b for a, b in zip(scores["cold"], scores["warm"], strict=True))
-    print(f"\nfinal scores of every cell identical cold vs warm: {'yes' if same else 'NO'}")
-    return 0 if same else 1
+    return _compare_scores(scores[first], scores[second], first, second, exact=not args.baseline)
+
+
+def _compare_scores(a: list[dict], b: list[dict], first: str, second: str, exact: bool) -> int:
+    """Cold and warm run the same job: their scores must agree bit for bit. Another revision
+    may round differently: how many scores moved and by how much."""
+    pairs = [(x[key][name], y.get(key, {}).get(name)) for x, y in zip(a, b, strict=True)
+             for key in x for name in x[key]]
+    moved = [(u, v) for u, v in pairs if u != v]
+    if not moved:
+        print(f"\nfinal scores of every cell identical, {first} vs {second}: yes "
+              f"({len(pairs)} scores)")
+        return 0
+    largest = max(abs(u - v) if v is not None else float("inf") for u, v in moved)
+    print(f"\nfinal scores, {first} vs {second}: {len(moved)} of {len(pairs)} differ, "
+          f"largest difference {largest:.4f}")
+    return 1 if exact else 0
 
 
 if __name__ == "__main__":

@@ -20,12 +20,12 @@ import os
 import resource
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-from io import BytesIO
 from pathlib import Path
 from typing import Any
+
+from revision import export_revision  # scripts/revision.py (this script's folder)
 
 REPO = Path(__file__).resolve().parents[1]
 # The last commit before the zoo speed-ups: its builds are the v1 zoo as first published.
@@ -44,16 +44,6 @@ def _child(root: str, names: list[str], workers: int) -> None:
     except ImportError:
         runs = [[name] for name in cards]
     print("BENCH-RESULT " + json.dumps({"cards": cards, "runs": runs}))
-
-
-def _old_tree(rev: str, into: Path) -> Path:
-    blob = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", rev, "hacrl"],
-        check=True, capture_output=True,
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(blob)) as tar:
-        tar.extractall(into, filter="data")
-    return into
 
 
 def _build(tree: Path, root: Path, names: list[str], workers: int) -> dict[str, Any]:
@@ -111,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         _child(args.child, args.names, args.workers)
         return 0
     with tempfile.TemporaryDirectory(prefix="hacrl-bench-zoo-") as tmp:
-        trees = {"old": _old_tree(args.old_rev, Path(tmp) / "old-src"), "new": REPO}
+        trees = {"old": export_revision(args.old_rev, Path(tmp) / "old-src", "hacrl"), "new": REPO}
         results: dict[str, dict[str, Any]] = {}
         for side in (("new", "old") if args.new_first else ("old", "new")):
             print(f"building the {side} side ...", file=sys.stderr, flush=True)
