@@ -78,6 +78,44 @@ def test_a_killed_warm_cell_fails_alone_and_the_next_cells_still_run(
         assert Path(row["log"]).is_file()
 
 
+def _first_running(cells: Path, sweep: subprocess.Popen, seconds: float = 300) -> dict:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and sweep.poll() is None:
+        for path in sorted(cells.glob("*.json")) if cells.is_dir() else []:
+            state = json.loads(path.read_text() or "{}")
+            if state.get("status") == "running":
+                return state
+        time.sleep(0.2)
+    raise AssertionError("no cell started")
+
+
+def _gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_sweep_killed_outright_takes_its_warm_cells_with_it(tmp_path, cli_env, hacrl_cmd,
+                                                             new_output_root, tiny_job):
+    root = new_output_root()
+    args = _sweep_args(tmp_path, hacrl_cmd, "warmgone", "hacpo", root, tiny_job,
+                       "train.steps=50")  # long enough to be running when the sweep dies
+    sweep = subprocess.Popen(args, env=cli_env(root), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    cells = root / "sweeps" / "warmgone" / "cells"
+    running = _first_running(cells, sweep)
+    sweep.kill()  # SIGKILL: the sweep runs no cleanup at all
+    sweep.wait()
+    assert _gone(int(running["pid"]), 60), "the cell outlived its sweep"
+    state = json.loads((cells / f"{running['cell']}.json").read_text())
+    assert state["status"] == "killed"  # it saw SIGTERM and said so
+
+
 def test_warm_and_cold_cells_log_the_same_scores(tmp_path, cli_env, hacrl_cmd, new_output_root,
                                                  tiny_job):
     scores = {}

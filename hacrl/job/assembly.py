@@ -88,7 +88,7 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
     tracker.log_artifact(job_run, layout.checkpoint_location)
     previous = previous_job_run(tracker, spec, job_run)
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    handler_before = signal.signal(signal.SIGTERM, on_sigterm)
     status = "FAILED"
     team_results: list[dict] = []
     summary: dict[str, Any] = {"job_run_id": job_run, "agent_run_ids": agent_runs,
@@ -114,7 +114,8 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
         status = "KILLED"
         raise
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if status != "KILLED":  # once killed, a repeated SIGTERM stays ignored (on_sigterm)
+            signal.signal(signal.SIGTERM, handler_before)
         finish(tracker, list(agent_runs.values()), job_run, status)
     summary["status"] = status
     summary.update(phases, tracking_s=tracker.busy_s, startup_s=startup_s)

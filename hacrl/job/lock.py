@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -42,6 +43,10 @@ class Terminated(BaseException):
 
 
 def on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # the first SIGTERM ends the job through `Terminated`; a repeat while it finishes (a
+    # scheduler's second notice, a parent's death signal) must not cut the cleanup short: runs
+    # and state would stay RUNNING. SIGKILL still ends a cleanup that hangs.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
 
 

@@ -97,7 +97,22 @@ class WarmPool:
 
 def _die_with_parent() -> None:
     """SIGTERM this process when its parent (the forkserver) exits, as when the sweep that owns
-    the forkserver is gone: an orphaned cell would otherwise train on unseen (Linux only)."""
+    the forkserver is gone: an orphaned cell would otherwise train on unseen (Linux only).
+
+    The forkserver lives while anyone holds the write end of its "alive" pipe: the sweep, and
+    every child (multiprocessing hands each one a copy, to keep its server up while it runs).
+    A cell's copy is closed here, so the server ends with the sweep however the sweep ends
+    (SIGKILL included), and with it, through the death signal, its cells.
+    """
+    from multiprocessing import forkserver
+
+    alive = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_alive_fd", None)
+    if alive is not None:
+        try:
+            os.close(alive)
+        except OSError:
+            pass
+        forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
     try:
         import ctypes
 
