@@ -7,8 +7,9 @@ Runs one tiny cell three ways, side by side, `--repeats` times each (alternating
                evaluation) from an already composed config, with no Hydra, no MLflow and no
                submitit: what the job costs without the harness;
   hacrl train  the plain command (Hydra compose, MLflow tracking);
-  sweep cell   the same cell as a one-cell `hacrl sweep` (submitit local launcher, like every
-               sweep cell); its wall time is dispatch -> result, as the sweep sees it.
+  sweep cell   the same cell as a one-cell `hacrl sweep` (a warm cell forked from the sweep's
+               forkserver, like every local sweep cell); its wall time is dispatch -> result,
+               as the sweep sees it.
 Every path logs its phase times (setup, validation, training, evaluation) from inside the job;
 `rest` is wall minus those phases: process start, imports, compose, launch, tracking, exit.
 The harness overhead of a path is its `rest` minus the bare job's `rest` (measured phases are
