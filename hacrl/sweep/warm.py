@@ -146,13 +146,12 @@ def _child(payload: bytes, log: str) -> None:
     HydraConfig.instance().set_config(sweep_config)
     ret = run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-    if ret.status == JobStatus.COMPLETED:
-        sys.stdout.flush()
-        os._exit(0)
-    error = ret._return_value
-    traceback.print_exception(type(error), error, error.__traceback__)
-    sys.stderr.flush()
-    os._exit(1)
+    if ret.status != JobStatus.COMPLETED:
+        error = ret._return_value
+        traceback.print_exception(type(error), error, error.__traceback__)
+    # a normal exit (not os._exit): multiprocessing's finalizers run, so the semaphores the
+    # cell made (tqdm's lock, ...) are released instead of reported as leaked by the tracker
+    sys.exit(0 if ret.status == JobStatus.COMPLETED else 1)
 
 
 __all__ = ["LOG_ENV", "PRELOAD", "WarmPool"]
