@@ -36,6 +36,35 @@ def tiny_job() -> list[str]:
     return list(TINY_JOB)
 
 
+SWEEP_FILE = """# @package _global_
+defaults:
+  - override /hydra/sweeper: hacrl
+  - override /launcher: local
+hydra:
+  sweep:
+    dir: ${{output_root}}/sweeps/{name}
+    subdir: .jobs/${{hydra.job.num}}
+  sweeper:
+    name: {name}
+{report}    grids:
+      - pair: size
+        method: {methods}
+"""
+
+
+@pytest.fixture(scope="session")
+def sweep_file() -> Callable[..., Path]:
+    """Writes `<folder>/<name>.yaml`: a sweep of the size pair over `methods` on the local
+    launcher (`report`: extra YAML lines under `hydra.sweeper`, indented 4)."""
+    def write(folder: Path, name: str, methods: str = "hacpo", report: str = "") -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.yaml"
+        path.write_text(SWEEP_FILE.format(name=name, methods=methods, report=report))
+        return path
+
+    return write
+
+
 @pytest.fixture(scope="session")
 def micro_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`<root>/<zoo name>/`: model + tokenizer saved like a built zoo, a few seconds to build."""

@@ -125,33 +125,10 @@ def test_each_sweep_names_its_tables_and_paper_gets_the_union() -> None:
     assert set(paper.grids) >= {"table1", "table2", "seeds", "cost", "alpha"}
 
 
-SWEEP = """# @package _global_
-defaults:
-  - override /hydra/sweeper: hacrl
-  - override /launcher: local
-hydra:
-  sweep:
-    dir: ${{output_root}}/sweeps/{name}
-    subdir: .jobs/${{hydra.job.num}}
-  sweeper:
-    name: {name}
-{report}    grids:
-      - pair: size
-        method: hacpo
-"""
-
-
-def _sweep_file(folder: Path, name: str, report: str = "") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.yaml"
-    path.write_text(SWEEP.format(name=name, report=report))
-    return path
-
-
-def test_a_report_key_that_is_not_a_list_names_the_file(tmp_path: Path) -> None:
+def test_a_report_key_that_is_not_a_list_names_the_file(tmp_path: Path, sweep_file) -> None:
     from hacrl.cli.sweep_report import sweep_definition
 
-    path = _sweep_file(tmp_path, "odd", "    report:\n      tables: table1\n")
+    path = sweep_file(tmp_path, "odd", report="    report:\n      tables: table1\n")
     with pytest.raises(ConfigError, match=r"odd.yaml: hydra.sweeper.report.tables must be a list"):
         sweep_definition("odd", (tmp_path, SWEEP_DIR))
     path.write_text(path.read_text().replace("tables: table1", "tabels: [table1]"))
@@ -159,9 +136,10 @@ def test_a_report_key_that_is_not_a_list_names_the_file(tmp_path: Path) -> None:
         sweep_definition("odd", (tmp_path, SWEEP_DIR))
 
 
-def test_an_unknown_table_key_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+def test_an_unknown_table_key_is_one_line_before_anything_runs(tmp_path: Path,
+                                                              sweep_file) -> None:
     configs = tmp_path / "configs"
-    path = _sweep_file(configs / "sweep", "bad", "    report:\n      tables: [table1, table99]\n")
+    path = sweep_file(configs / "sweep", "bad", report="    report:\n      tables: [table1, table99]\n")
     root = tmp_path / "out"
     env = {**os.environ, "HACRL_OUTPUTS": str(root)}
     script = Path(sys.executable).parent / "hacrl"

@@ -7,31 +7,16 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-SWEEP = """# @package _global_
-defaults:
-  - override /hydra/sweeper: hacrl
-  - override /launcher: local
-hydra:
-  sweep:
-    dir: ${{output_root}}/sweeps/{name}
-    subdir: .jobs/${{hydra.job.num}}
-  sweeper:
-    name: {name}
-    grids:
-      - pair: size
-        method: {methods}
-"""
 
-
-def _sweep_args(tmp_path: Path, hacrl_cmd: list[str], name: str, methods: str, root: Path,
-                tiny_job: list[str], *extra: str) -> list[str]:
+def _sweep_args(write: Callable[..., Path], tmp_path: Path, hacrl_cmd: list[str], name: str,
+                methods: str, root: Path, tiny_job: list[str], *extra: str) -> list[str]:
     configs = tmp_path / f"configs-{name}"
-    (configs / "sweep").mkdir(parents=True, exist_ok=True)
-    (configs / "sweep" / f"{name}.yaml").write_text(SWEEP.format(name=name, methods=methods))
+    write(configs / "sweep", name, methods)
     return [*hacrl_cmd, "sweep", name, f"hydra.searchpath=[file://{configs}]",
             f"output_root={root}", *tiny_job, *extra]
 
@@ -45,10 +30,10 @@ def _scores(root: Path) -> dict[tuple[str, str], dict[str, float]]:
 
 
 def test_a_killed_warm_cell_fails_alone_and_the_next_cells_still_run(
-        tmp_path, cli_env, hacrl_cmd, new_output_root, tiny_job):
+        tmp_path, cli_env, hacrl_cmd, new_output_root, tiny_job, sweep_file):
     root = new_output_root()
-    args = _sweep_args(tmp_path, hacrl_cmd, "warmkill", "[gspo, naive, hacpo]", root, tiny_job,
-                       "hydra.sweeper.parallel=1")
+    args = _sweep_args(sweep_file, tmp_path, hacrl_cmd, "warmkill", "[gspo, naive, hacpo]",
+                       root, tiny_job, "hydra.sweeper.parallel=1")
     sweep = subprocess.Popen(args, env=cli_env(root), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     cells = root / "sweeps" / "warmkill" / "cells"
@@ -101,9 +86,10 @@ def _gone(pid: int, seconds: float) -> bool:
 
 
 def test_a_sweep_killed_outright_takes_its_warm_cells_with_it(tmp_path, cli_env, hacrl_cmd,
-                                                             new_output_root, tiny_job):
+                                                             new_output_root, tiny_job,
+                                                             sweep_file):
     root = new_output_root()
-    args = _sweep_args(tmp_path, hacrl_cmd, "warmgone", "hacpo", root, tiny_job,
+    args = _sweep_args(sweep_file, tmp_path, hacrl_cmd, "warmgone", "hacpo", root, tiny_job,
                        "train.steps=50")  # long enough to be running when the sweep dies
     sweep = subprocess.Popen(args, env=cli_env(root), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
@@ -117,11 +103,11 @@ def test_a_sweep_killed_outright_takes_its_warm_cells_with_it(tmp_path, cli_env,
 
 
 def test_warm_and_cold_cells_log_the_same_scores(tmp_path, cli_env, hacrl_cmd, new_output_root,
-                                                 tiny_job):
+                                                 tiny_job, sweep_file):
     scores = {}
     for warm in ("true", "false"):
         root = new_output_root(f"out-{warm}")
-        args = _sweep_args(tmp_path, hacrl_cmd, "warmcold", "hacpo", root, tiny_job,
+        args = _sweep_args(sweep_file, tmp_path, hacrl_cmd, "warmcold", "hacpo", root, tiny_job,
                            f"hydra.sweeper.warm={warm}")
         out = subprocess.run(args, env=cli_env(root), capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
