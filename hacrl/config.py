@@ -154,6 +154,7 @@ def validate(cfg: DictConfig) -> JobSpec:
     _hyperparameter_check(cfg)
     specs = tuple(AgentSpec(a, model_path(cfg, i, a)) for i, a in enumerate(agents))
     loss = method_settings(cfg, method).loss
+    _validation_check(cfg)
     _eval_check(cfg)
     _task_check(cfg)
     _engine_check(cfg)
@@ -256,6 +257,18 @@ def _method_functions(method: MethodSpec) -> AdvantageEstimator:
         except KeyError as err:
             raise ConfigError(f"method={method.name}: MethodSpec.{key}: {err.args[0]}") from None
     return get_advantage(method.advantage)
+
+
+def _validation_check(cfg: DictConfig) -> None:
+    """In-loop validation: every k steps (0 = off), on the first `problems` problems or all."""
+    every = _get(cfg, "validation.every")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ConfigError(f"validation.every={every}: must be an integer >= 0 (0 = no validation)")
+    problems = cfg.validation.get("problems")
+    if problems is not None and (isinstance(problems, bool) or not isinstance(problems, int)
+                                 or problems < 1):
+        raise ConfigError(f"validation.problems={problems}: must be an integer >= 1, or null "
+                          "for the whole benchmark")
 
 
 def _eval_check(cfg: DictConfig) -> None:

@@ -50,6 +50,16 @@ def load_problems(cfg: DictConfig, split: str) -> list[Problem]:
             for i, r in enumerate(rows)]
 
 
+def validation_problems(cfg: DictConfig) -> list[Problem]:
+    """The in-loop validation set: the first `validation.problems` problems of
+    `validation.benchmark` (all when null). A split's order is already shuffled, so a prefix
+    keeps its mix of levels, and a benchmark sized for the final evaluation's precision does
+    not make every validation as long as that evaluation."""
+    problems = load_problems(cfg, str(cfg.validation.benchmark))
+    limit = cfg.validation.get("problems")
+    return problems if limit is None else problems[:int(limit)]
+
+
 def grader(cfg: DictConfig) -> Grader:
     """The hardened verifier (hacrl.verify) with the job's `verify` settings, shared per setting.
 

@@ -27,7 +27,9 @@ TINY_JOB = (
     "rollout.max_new_tokens=16",
     "validation.every=1",
     "validation.benchmark=tiny_amc23",
+    "validation.problems=40",
     "eval.benchmarks=[tiny_gsm8k,tiny_aime2025]",
+    "eval.protocols.main.limit=40",  # the tiny benchmarks are sized for precision, not tests
 )
 
 

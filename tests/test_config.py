@@ -79,6 +79,8 @@ INVALID = [
     ("minibatch_not_dividing", ["train.minibatch_prompts=5"], None, "train.minibatch_prompts=5"),
     ("multi_agent_method_one_agent", ["method=hacpo", "agents=[qwen3-4b-base]"], None, "agents"),
     ("negative_alpha", ["algo.alpha=-1"], None, "algo.alpha"),
+    ("validation_problems", ["validation.problems=abc"], None, "validation.problems=abc"),
+    ("eval_limit", ["eval.protocols.main.limit=0"], None, "eval.protocols.main.limit=0"),
     ("missing_model", [], "empty", "agents[0]=qwen3-1.7b-base"),
     ("no_tokenizer", [], "no_tokenizer", "agents[1]=qwen3-4b-base"),
 ]
@@ -171,7 +173,8 @@ def test_config_hash_changes_with_training_settings(change):
 
 
 @pytest.mark.parametrize("change", ["output_root=/somewhere/else", "tracking.experiment=other",
-                                    "tracking.uri=sqlite:////tmp/x.db", "force=true"])
+                                    "tracking.uri=sqlite:////tmp/x.db", "force=true",
+                                    "validation.problems=50", "eval.protocols.main.limit=5"])
 def test_config_hash_ignores_tracking_and_output_settings(change):
     assert config_hash(compose([*BASE, change])) == config_hash(compose(BASE))
 
@@ -181,3 +184,13 @@ def test_config_hash_ignores_where_the_zoo_lives(monkeypatch, tmp_path):
     first = config_hash(compose(BASE))
     monkeypatch.setenv("HACRL_ZOO_DIR", str(tmp_path / "b"))
     assert config_hash(compose(BASE)) == first
+
+
+def test_validation_runs_on_the_first_problems_of_its_benchmark():
+    from hacrl.arith import load_split
+    from hacrl.tasks import validation_problems
+
+    full = load_split("tiny_math500")
+    assert validation_problems(compose([])) == full[:200]  # scale=tiny: 200 of 1300
+    assert validation_problems(compose(["validation.problems=7"])) == full[:7]
+    assert validation_problems(compose(["validation.problems=null"])) == full

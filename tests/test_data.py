@@ -238,7 +238,7 @@ def test_synthetic_sources_are_prepared_on_demand(tmp_path: Path) -> None:
         assert meta["sha256"] == load_sources(cfg)[name].sha256  # the catalog pin
     # A damaged synthetic copy is simply drawn again.
     (tmp_path / "tiny_amc23.jsonl").write_text("{}\n")
-    assert len(load_rows(cfg, "tiny_amc23")) == 40
+    assert len(load_rows(cfg, "tiny_amc23")) == 1000
 
 
 def test_hub_unreachable_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -262,7 +262,7 @@ def test_hub_unreachable_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.M
     out, err = capsys.readouterr()
     assert code == 1 and "Traceback" not in err
     assert err.count("hub is unreachable") == 1
-    assert "tiny_aime2025  30" in out and "written" in out
+    assert "tiny_aime2025  200" in out and "written" in out
 
 
 def test_cli_prepare_and_list(tmp_path: Path, hub: dict[str, Path],

@@ -13,6 +13,7 @@ from hacrl.config import compose, validate
 from hacrl.job import run_job
 
 BENCH = "eval.benchmarks=[tiny_gsm8k,tiny_aime2025]"
+LIMIT = "eval.protocols.main.limit=30"  # the first 30 problems of each
 
 
 def _client(root: Path) -> MlflowClient:
@@ -30,7 +31,7 @@ def _runs(client: MlflowClient, query: str = "") -> list:
 
 def test_eval_base_model_logs_scores_protocol_and_samples(job_env, new_output_root, capsys):
     root = new_output_root()
-    args = ["eval", "--model", "qwen3-4b-base", f"output_root={root}", BENCH]
+    args = ["eval", "--model", "qwen3-4b-base", f"output_root={root}", BENCH, LIMIT]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "protocol main" in out and "tiny_aime2025" in out
@@ -48,6 +49,7 @@ def test_eval_base_model_logs_scores_protocol_and_samples(job_env, new_output_ro
     assert metrics["eval/main/tiny_aime2025/pass_at_16"] >= metrics["eval/main/tiny_aime2025/acc"]
     protocol = json.loads(tags["hacrl.eval.main.protocol"])
     assert protocol["max_new_tokens"] == 32 and protocol["sampled"]["aime2025"]["samples"] == 16
+    assert protocol["limit"] == 30
     assert json.loads(tags["hacrl.eval.main.benchmarks"]) == ["tiny_gsm8k", "tiny_aime2025"]
 
     folder = Path(client.download_artifacts(run.info.run_id, "eval/main", str(root / "dl")))
@@ -57,9 +59,9 @@ def test_eval_base_model_logs_scores_protocol_and_samples(job_env, new_output_ro
     aime = [json.loads(line) for line in (folder / "samples" / "tiny_aime2025.jsonl").open()]
     assert len(aime) == 30 and all(len(r["responses"]) == len(r["grades"]) == 16 for r in aime)
     gsm = [json.loads(line) for line in (folder / "samples" / "tiny_gsm8k.jsonl").open()]
-    assert len(gsm) == 150 and gsm[0]["prompt"].startswith("<|im_start|>user\nWhat is")
+    assert len(gsm) == 30 and gsm[0]["prompt"].startswith("<|im_start|>user\nWhat is")
     # the per-sample grades add up to the logged accuracy
-    assert sum(g["correct"] for r in gsm for g in r["grades"]) / 150 == pytest.approx(
+    assert sum(g["correct"] for r in gsm for g in r["grades"]) / 30 == pytest.approx(
         metrics["eval/main/tiny_gsm8k/acc"])
 
     # again: already logged, nothing re-evaluated; --force evaluates again into the same run

@@ -35,9 +35,24 @@ def test_protocol_key_ignores_the_name_and_follows_every_setting() -> None:
     # at tiny scale main and ablation have the same settings, so the same key
     assert Protocol.from_config(compose([]).eval.protocols.ablation).key == key
     for override in ("max_new_tokens=31", "sampled.aime2025.samples=8",
-                     "sampled.aime2025.temperature=1.0", "enable_thinking=true"):
+                     "sampled.aime2025.temperature=1.0", "enable_thinking=true", "limit=20"):
         node = compose([f"eval.protocols.main.{override}"]).eval.protocols.main
         assert Protocol.from_config(node).key != key, override
+
+
+def test_protocol_key_follows_the_benchmarks_data() -> None:
+    """Scores on other problems (a resized or redrawn benchmark) never count as this evaluation:
+    the pinned sha256 of every evaluated benchmark is part of the key."""
+    from hacrl.evaluation.protocol import benchmark_data
+
+    cfg = compose([])
+    key = Protocol.in_use(cfg.eval, data=benchmark_data(cfg))[0].key
+    assert key != Protocol.in_use(cfg.eval)[0].key
+    other = compose(["data.sources.tiny_gsm8k.sha256=" + "0" * 64])
+    assert Protocol.in_use(other.eval, data=benchmark_data(other))[0].key != key
+    fewer = compose(["eval.benchmarks=[tiny_gsm8k]"])
+    assert benchmark_data(fewer) == {"tiny_gsm8k": benchmark_data(cfg)["tiny_gsm8k"]}
+    assert set(benchmark_data(compose(["scale=paper"])).values()) == {None}  # hub data: unpinned
 
 
 @pytest.mark.parametrize(("override", "message"), [
@@ -47,6 +62,8 @@ def test_protocol_key_ignores_the_name_and_follows_every_setting() -> None:
     ("eval.protocols.main.name=a/b", "eval.protocols.main.name"),
     ("eval.use=[main,best]", "eval.use: unknown protocol 'best'"),
     ("eval.use=[]", "eval.use=[]"),
+    ("eval.protocols.main.limit=0", "eval.protocols.main.limit=0"),
+    ("eval.protocols.main.limit=abc", "eval.protocols.main.limit=abc"),
 ])
 def test_bad_protocol_is_one_line_naming_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -102,7 +119,7 @@ def test_materialized_tasks_load_in_lm_eval(tmp_path: Path) -> None:
     assert set(flat) == {"hacrl_tiny_gsm8k", "hacrl_tiny_aime2025"}
     assert loaded["group_map"][SUITE] == ["hacrl_tiny_gsm8k", "hacrl_tiny_aime2025"]
     assert flat["hacrl_tiny_aime2025"].config.repeats == 16
-    assert len(flat["hacrl_tiny_gsm8k"].test_docs()) == 150
+    assert len(flat["hacrl_tiny_gsm8k"].test_docs()) == 900
 
 
 def test_vllm_model_args_size_the_context_from_the_protocol() -> None:

@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from hacrl.config import CONFIG_DIR, compose
+from hacrl.errors import ConfigError
 from hacrl.sweep.grid import SWEEP_DIR, expand
 from hacrl.sweep.slurm import render_sbatch
 
@@ -19,14 +20,18 @@ from hacrl.sweep.slurm import render_sbatch
 def test_table1_trains_single_agent_methods_once_per_agent() -> None:
     expansion = expand("table1", compose)
     cells = expansion.cells
-    # 3 pairs x (4 single-agent methods x 2 agents + naive + hacpo) asked; the 4B-Base agent
-    # is in two pairs, so its base/grpo/gspo/gspo_x2 cells are shared
-    assert (expansion.asked, len(cells)) == (30, 26)
-    assert Counter(c.method for c in cells) == {"base": 5, "grpo": 5, "gspo": 5, "gspo_x2": 5,
-                                                "naive": 3, "hacpo": 3}
+    # 3 pairs x 3 seeds x (3 single-agent methods x 2 agents + naive + hacpo) asked, plus the
+    # base models once; the 4B-Base agent is in two pairs, so its single-agent cells are shared
+    assert (expansion.asked, len(cells)) == (3 * 3 * 8 + 6, 68)
+    assert Counter(c.method for c in cells) == {"base": 5, "grpo": 15, "gspo": 15,
+                                                "gspo_x2": 15, "naive": 9, "hacpo": 9}
     assert len({c.id for c in cells}) == len(cells)
+    # every trained method runs the same paired seeds (scale.seeds at tiny scale)
+    seeds = {m: sorted({c.seed for c in cells if c.method == m}) for m in ("grpo", "hacpo")}
+    assert seeds == {"grpo": [0, 1, 42], "hacpo": [0, 1, 42]}
+    assert {c.seed for c in cells if c.method == "base"} == {0}
     gspo_4b = [c for c in cells if c.method == "gspo" and c.agents == ["qwen3-4b-base"]]
-    assert len(gspo_4b) == 1
+    assert len(gspo_4b) == 3
     assert all(len(c.agents) == (2 if c.method in ("naive", "hacpo") else 1) for c in cells)
     assert all(c.protocols == ["main"] and c.sweeps == ["table1"] for c in cells)
     # the cell id is the hash the job itself computes
@@ -41,12 +46,26 @@ def test_union_trains_shared_cells_once_and_evaluates_each_protocol(tmp_path: Pa
         "hydra:\n  sweeper:\n    name: union\n    include: [table1, seeds]\n")
     expansion = expand("union", compose, dirs=(tmp_path, SWEEP_DIR))
     cells = {(c.method, tuple(c.agents), c.seed): c for c in expansion.cells}
-    # seeds asks 5 seeds x (hacpo + 2 x gspo + 2 x gspo_x2); seed 0 is Table 1's size cells
-    assert expansion.asked == 30 + 25
-    assert len(expansion.cells) == 26 + 25 - 5
+    # seeds asks 5 seeds x (hacpo + 2 x gspo + 2 x gspo_x2); seeds 0, 1 and 42 are Table 1's
+    # size cells
+    assert expansion.asked == 78 + 25
+    assert len(expansion.cells) == 68 + 25 - 15
     shared = cells[("gspo", ("qwen3-4b-base",), 0)]
     assert shared.sweeps == ["table1", "seeds"] and shared.protocols == ["main", "ablation"]
     assert cells[("hacpo", ("qwen3-1.7b-base", "qwen3-4b-base"), 1337)].protocols == ["ablation"]
+
+
+def test_a_grid_axis_can_name_a_list_of_the_config(tmp_path: Path) -> None:
+    """`seed: ${scale.seeds}` is resolved at the sweep's scale: 3 seeds tiny, 1 paper."""
+    paper = expand("table1", lambda o: compose(["scale=paper", *o])).cells
+    assert {c.seed for c in paper} == {0} and len(paper) == 26
+    three = expand("table1", lambda o: compose(["scale.seeds=[3,4,5]", *o])).cells
+    assert {c.seed for c in three if c.method == "hacpo"} == {3, 4, 5}
+    (tmp_path / "bad.yaml").write_text(
+        "hydra:\n  sweeper:\n    name: bad\n    grids:\n      - pair: size\n"
+        "        method: hacpo\n        seed: ${scale.name}\n")
+    with pytest.raises(ConfigError, match=r"seed: \$\{scale.name\} must name a non-empty list"):
+        expand("bad", compose, dirs=(tmp_path, SWEEP_DIR))
 
 
 def test_cost_cells_are_timing_repeats_without_evaluation() -> None:

@@ -25,13 +25,13 @@ from hacrl.arith import (
 from hacrl.arith.problems import _draw_split
 
 EXPECTED_SIZES = {
-    "tiny_math500": (200, {1, 2, 3, 4, 5}),
-    "tiny_math": (300, {1, 2, 3, 4, 5}),
-    "tiny_gsm8k": (150, {1, 2}),
-    "tiny_aime2025": (30, {5}),
-    "tiny_amc23": (40, {4, 5}),
-    "tiny_minerva": (100, {3, 4, 5}),
-    "tiny_olympiad": (150, {3, 4, 5}),
+    "tiny_math500": (1300, {1, 2, 3, 4, 5}),
+    "tiny_math": (1300, {1, 2, 3, 4, 5}),
+    "tiny_gsm8k": (900, {1, 2}),
+    "tiny_aime2025": (200, {5}),
+    "tiny_amc23": (1000, {4, 5}),
+    "tiny_minerva": (1300, {3, 4, 5}),
+    "tiny_olympiad": (1300, {3, 4, 5}),
 }
 
 
@@ -65,7 +65,7 @@ def test_splits_deterministic_and_independent_of_global_rng() -> None:
 def test_load_split_returns_fresh_lists() -> None:
     a = load_split("tiny_amc23")
     a.clear()
-    assert len(load_split("tiny_amc23")) == 40
+    assert len(load_split("tiny_amc23")) == 1000
 
 
 def test_benchmarks_and_probe_disjoint_from_train() -> None:
@@ -118,7 +118,9 @@ def test_level_definitions() -> None:
     assert any(eval(e) < 0 for e in by_level[4]) and any(eval(e) > 0 for e in by_level[4])
     assert all("*" in e or e.count("+") == 2 for e in by_level[5])
     assert any("*" in e for e in by_level[5]) and any("+" in e for e in by_level[5])
-    assert Counter(p.level for p in load_split("tiny_math500")) == {i: 40 for i in range(1, 6)}
+    assert Counter(p.level for p in load_split("tiny_math500")) == {i: 260 for i in range(1, 6)}
+    # GSM8K leans to level 1 (the held-out pool has 615 level-1 and 409 level-2 questions)
+    assert Counter(p.level for p in load_split("tiny_gsm8k")) == {1: 540, 2: 360}
 
 
 def test_write_split_jsonl(tmp_path: Path) -> None:

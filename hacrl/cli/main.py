@@ -58,6 +58,12 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
         return 2
     try:
         cfg = compose(overrides)
+        if args.limit is not None:
+            # a limited evaluation is its own protocol (its key differs), never mistaken for
+            # the full one when the "already logged" check or a report reads it
+            overrides = [*overrides, *(f"eval.protocols.{name}.limit={args.limit}"
+                                       for name in cfg.eval.use)]
+            cfg = compose(overrides)
         Protocol.in_use(cfg.eval)
         runner.data_files(cfg, [str(b) for b in cfg.eval.benchmarks])  # missing data: stop here
         if cfg.engine.get("threads"):
@@ -80,7 +86,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
         status = "FAILED"
         try:
             results = runner.evaluate_into_run(cfg, target.model_path, tracker, target.run_id,
-                                               target.step, force=args.force, limit=args.limit)
+                                               target.step, force=args.force)
             status = "FINISHED"
         finally:
             if standalone:
@@ -274,7 +280,8 @@ def _add_eval_parser(sub: Any) -> None:
     ev.add_argument("--run", help="MLflow run id of a training job's agent run")
     ev.add_argument("--force", action="store_true", help="re-evaluate even if already logged")
     ev.add_argument("--limit", type=int, default=None,
-                    help="first N problems per benchmark (quick checks only)")
+                    help="first N problems per benchmark (quick checks; sets the protocols' "
+                    "limit, so their key differs from the full evaluation's)")
     ev.add_argument("overrides", nargs="*", help="hydra overrides, e.g. protocol=ablation scale=paper")
 
 

@@ -26,6 +26,7 @@ from transformers.utils import logging as hf_logging
 
 from hacrl.algo import Denominators, LossBatch
 from hacrl.algo.metrics import add_micro_batch
+from hacrl.engines.attention import use_decode_attention
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, register_engine
 from hacrl.engines.sampling import hf_sample
 from hacrl.pickle_audit import safe_torch_load
@@ -79,6 +80,7 @@ class LocalEngine(Engine):
         self.tokenizer: Any = AutoTokenizer.from_pretrained(model_path)
         model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model: Any = model.to(self.device)
+        use_decode_attention(self.model, self.device)
         self.model.generation_config.pad_token_id = self.pad_id
         self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if reference else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas,

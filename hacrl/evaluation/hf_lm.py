@@ -16,6 +16,8 @@ from typing import Any
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 
+from hacrl.engines.attention import use_decode_attention
+
 
 def is_greedy(request: Instance) -> bool:
     """A request that draws nothing: generation kwargs with `do_sample: false` (every hacrl_*
@@ -33,6 +35,8 @@ class SplitBatchHFLM(HFLM):
     def __init__(self, *args: Any, greedy_batch_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.greedy_batch_size = greedy_batch_size
+        # decoding on a CPU without copying key/value heads (same tokens, ~1.45x faster)
+        use_decode_attention(self.model, self.device)
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         greedy = [i for i, r in enumerate(requests) if is_greedy(r)]

@@ -203,7 +203,7 @@ def run_lm_eval(model_path: str, benchmarks: list[str], data_files: dict[str, Pa
                           verbosity="ERROR")
     res = evaluate_suite((lambda: lm) if lm is not None else
                          (lambda: backend.make_lm(model_path, protocol, seed)),
-                         manager, seed, limit)
+                         manager, seed, limit if limit is not None else protocol.limit)
     if res is None:  # lm-eval returns None on non-zero ranks of a distributed run
         raise RuntimeError("lm-eval returned no results (not the main process?)")
     metrics: dict[str, dict[str, float]] = {}

@@ -27,6 +27,18 @@ def paper_benchmark(benchmark: str) -> str:
     return benchmark.removeprefix("tiny_")
 
 
+def benchmark_data(cfg: Any) -> dict[str, str | None]:
+    """Benchmark -> the sha256 its data source pins in the catalog (`data.sources.<name>`;
+    None where the catalog pins none), for every benchmark of `eval.benchmarks`."""
+    sources = cfg.data.get("sources") or {}
+    out: dict[str, str | None] = {}
+    for benchmark in cfg.eval.benchmarks:
+        source = sources.get(str(benchmark)) or {}
+        sha = source.get("sha256")
+        out[str(benchmark)] = str(sha) if sha else None
+    return out
+
+
 @dataclass(frozen=True)
 class Sampling:
     """k responses per problem; temperature 0 means greedy (k must then be 1)."""
@@ -54,10 +66,16 @@ class Protocol:
     default: Sampling
     sampled: dict[str, Sampling] = field(default_factory=dict)  # paper benchmark -> sampling
     enable_thinking: bool = False
+    limit: int | None = None  # the first k problems of each benchmark (None: all of them)
+    # benchmark -> the pinned sha256 of its data file (None: not pinned): a redrawn or resized
+    # benchmark changes the key, so scores on other problems never count as this evaluation
+    data: dict[str, str | None] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, node: Any, where: str = "eval.protocol") -> Protocol:
-        """Build from a protocol node (DictConfig or mapping); errors name the key `where`.X."""
+    def from_config(cls, node: Any, where: str = "eval.protocol",
+                    data: dict[str, str | None] | None = None) -> Protocol:
+        """Build from a protocol node (DictConfig or mapping); errors name the key `where`.X.
+        `data`: the benchmarks' data pins (`benchmark_data`), part of the key."""
         from hacrl.errors import ConfigError
 
         def sampling(where: str, n: Any) -> Sampling:
@@ -81,11 +99,16 @@ class Protocol:
             raise ConfigError(f"{where}.max_new_tokens={tokens}: must be >= 1")
         sampled = {str(b): sampling(f"{where}.sampled.{b}", n)
                    for b, n in (node.get("sampled") or {}).items()}
+        limit = node.get("limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise ConfigError(f"{where}.limit={limit}: must be an integer >= 1 (the first k "
+                              "problems of each benchmark), or null for all of them")
         return cls(name, tokens, sampling(where, node), sampled,
-                   bool(node.get("enable_thinking", False)))
+                   bool(node.get("enable_thinking", False)), limit, dict(data or {}))
 
     @classmethod
-    def in_use(cls, eval_cfg: Any) -> list[Protocol]:
+    def in_use(cls, eval_cfg: Any, data: dict[str, str | None] | None = None) -> list[Protocol]:
         """The protocols `eval.use` names, from their definitions in `eval.protocols`."""
         from hacrl.errors import ConfigError
 
@@ -98,7 +121,7 @@ class Protocol:
             if name not in defined:
                 raise ConfigError(f"eval.use: unknown protocol {name!r}; defined in "
                                   f"eval.protocols: {', '.join(defined)}")
-            protocol = cls.from_config(defined[name], where=f"eval.protocols.{name}")
+            protocol = cls.from_config(defined[name], where=f"eval.protocols.{name}", data=data)
             if protocol.name != name:
                 raise ConfigError(f"eval.protocols.{name}.name={protocol.name}: must be {name}")
             out.append(protocol)
@@ -111,7 +134,9 @@ class Protocol:
         return {"name": self.name, "max_new_tokens": self.max_new_tokens,
                 "default": asdict(self.default),
                 "sampled": {b: asdict(s) for b, s in sorted(self.sampled.items())},
-                "enable_thinking": self.enable_thinking}
+                "enable_thinking": self.enable_thinking,
+                **({"limit": self.limit} if self.limit is not None else {}),
+                **({"data": dict(sorted(self.data.items()))} if self.data else {})}
 
     @property
     def key(self) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from hacrl.evaluation.lmeval import Backend, EvalOutcome, run_lm_eval, write_samples
-from hacrl.evaluation.protocol import Protocol
+from hacrl.evaluation.protocol import Protocol, benchmark_data
 from hacrl.layout import RunDir
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
@@ -64,7 +64,7 @@ def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id
     benchmarks = [str(b) for b in cfg.eval.benchmarks]
     results: list[EvalResult] = []
     done_by_key: dict[str, tuple[EvalResult, EvalOutcome]] = {}
-    for protocol in Protocol.in_use(cfg.eval):
+    for protocol in Protocol.in_use(cfg.eval, data=benchmark_data(cfg)):
         if not force and already_logged(tracker, run_id, protocol, benchmarks):
             run = tracker.client.get_run(run_id)
             prefix = M.eval_prefix(protocol.name) + "/"

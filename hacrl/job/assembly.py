@@ -38,7 +38,7 @@ from hacrl.layout import RunDir, TeamDir
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.mlflow_store import resolve_uri
 from hacrl.schema import metric_names as M
-from hacrl.tasks import grader, load_problems
+from hacrl.tasks import grader, load_problems, validation_problems
 from hacrl.telemetry import peak_memory_metrics
 from hacrl.tracking import Tracker
 
@@ -151,7 +151,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
         for agent in agents:
             carry_over(tracker, previous, agent.name, agent_runs[agent.name], start)
     val_every = int(c.validation.every)
-    validation = Validation(agents, load_problems(c, c.validation.benchmark) if val_every else [],
+    validation = Validation(agents, validation_problems(c) if val_every else [],
                             str(c.validation.benchmark), c.task.prompt_template,
                             int(c.validation.max_new_tokens), grade, tracker, agent_runs)
     metrics = StepMetrics(tracker, agent_runs, [a.name for a in agents])

@@ -165,6 +165,7 @@ def with_values(cfg: DictConfig, overrides: list[str]) -> DictConfig:
 def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
     from hacrl.config import model_path
     from hacrl.evaluation import Protocol
+    from hacrl.evaluation.protocol import benchmark_data
 
     method = METHODS[cell.method]
     cell.trains = method.trains
@@ -172,7 +173,8 @@ def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
     # not checked here: a cell whose model is missing fails alone, with its own message
     cell.model_paths = {a: model_path(cfg, i, a, check=False) for i, a in enumerate(cell.agents)}
     cell.scale = str(cfg.scale.name)
-    cell.protocol_keys = {str(name): Protocol.from_config(node).key
+    data = benchmark_data(cfg)
+    cell.protocol_keys = {str(name): Protocol.from_config(node, data=data).key
                           for name, node in cfg.eval.protocols.items()}
     for key in PARAMS:
         value = OmegaConf.select(cfg, key, default=None)
@@ -188,6 +190,22 @@ def _estimate(cfg: DictConfig, n_agents: int) -> float:
     sharing = 2.0 if method.shares_rollouts else 1.0
     return (float(cfg.train.steps) * n_agents * method.rollout_multiplier * sharing
             + 10.0 * n_agents)  # + evaluation
+
+
+def _axis(sweep: str, key: str, value: Any, compose: Compose) -> list[Any]:
+    """The values a grid combines for `key`: a list, one value, or an interpolation of the
+    config (`seed: ${scale.seeds}`) resolved to a list at the sweep's scale, so one sweep file
+    runs 3 seeds at tiny scale and 1 at paper scale."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
+        node = OmegaConf.select(compose([]), value[2:-1], default=None)
+        resolved = OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+        if not isinstance(resolved, list) or not resolved:
+            raise ConfigError(f"sweeps/{sweep}.yaml: {key}: {value} must name a non-empty list "
+                              f"of the config, got {resolved!r}")
+        return resolved
+    return [value]
 
 
 @dataclass
@@ -208,7 +226,7 @@ def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -
         fixed = [str(o) for o in grid.get("fixed") or []]
         cost = grid.get("cost") or {}
         repeats = int(cost.get("repeats", 3)) if cost else 1
-        axes = {k: v if isinstance(v, list) else [v] for k, v in grid.items() if k not in GRID_KEYS}
+        axes = {k: _axis(sweep, k, v, compose) for k, v in grid.items() if k not in GRID_KEYS}
         for combo in itertools.product(*axes.values()):
             base = [f"{k}={_value(v)}" for k, v in zip(axes, combo, strict=True)] + fixed
             cfg = compose(base)
