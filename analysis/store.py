@@ -1,4 +1,5 @@
-"""Runs of an MLflow store as a pandas table, and metric histories (curves) on demand.
+"""Runs of an MLflow store as a pandas table, metric histories (curves) and artifact files on
+demand.
 
 One row per run: its status, what it is (tags `hacrl.kind`, method, model, pair, seed, scale,
 config_hash, ...), the metrics a report reads (final values of eval/, time/, memory/, ratio/) and a
@@ -8,7 +9,9 @@ few params. Any store MLflow opens works (sqlite file, `mlflow server`, ...).
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -27,7 +30,8 @@ METRIC_PREFIXES = REPORTED_PREFIXES
 
 @dataclass
 class Store:
-    """The runs of one experiment of one store; `history` reads curves lazily (cached)."""
+    """The runs of one experiment of one store; `history` reads curves and `artifact` fetches
+    files lazily, each at most once per store."""
 
     uri: str
     experiment: str
@@ -35,6 +39,9 @@ class Store:
     client: Any = field(repr=False)
     _curves: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict,
                                                                      repr=False)
+    _files: dict[tuple[str, str], Path | None] = field(default_factory=dict, repr=False)
+    # where downloaded artifacts lie; removed with the store (or at exit)
+    _downloads: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     def history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """[(step, value)] of a metric, in step order (the last value per step)."""
@@ -43,6 +50,27 @@ class Store:
                 self.client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))}
             self._curves[(run_id, key)] = sorted(points.items())
         return self._curves[(run_id, key)]
+
+    def artifact(self, run_id: str, path: str) -> Path | None:
+        """The local copy of a run's artifact file `path` (`eval/main/outcomes.parquet`), or
+        None when the run has no such file. Each (run, path) is asked for and downloaded once
+        per store: a report reading the same runs for several tables fetches nothing twice. A
+        forced re-evaluation replaces a run's artifacts: open the store again to see it."""
+        key = (run_id, path)
+        if key not in self._files:
+            parent, _, _ = path.rpartition("/")
+            # listing first tells "not there" apart from a failed download
+            listed = {f.path for f in self.client.list_artifacts(run_id, parent or None)
+                      if not f.is_dir}
+            found = None
+            if path in listed:
+                if self._downloads is None:
+                    self._downloads = tempfile.TemporaryDirectory(prefix="hacrl-artifacts-")
+                dest = Path(self._downloads.name) / run_id
+                dest.mkdir(parents=True, exist_ok=True)
+                found = Path(self.client.download_artifacts(run_id, path, str(dest)))
+            self._files[key] = found
+        return self._files[key]
 
     def select(self, **equal: Any) -> pd.DataFrame:
         """Rows whose columns equal the given values (tags compare as strings)."""

@@ -23,6 +23,7 @@ imports done): the first (`cold_s`) and the median of the others (`warm_s`), no 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import statistics
@@ -133,10 +134,23 @@ def results(client: Any, root: Path) -> dict[str, Any]:
         folder = Path(client.download_artifacts(run.info.run_id,
                                                 f"{M.eval_prefix('main')}/samples",
                                                 str(root / "dl" / label)))
-        samples = {p.stem: [json.loads(line) for line in p.open()]
-                   for p in sorted(folder.glob("*.jsonl"))}
+        samples = {}
+        for path in sorted(folder.iterdir()):
+            if (read := _samples_file(path)) is not None:
+                samples[read[0]] = read[1]
         found[label] = {"scores": scores, "validation": curves, "samples": samples}
     return found
+
+
+def _samples_file(path: Path) -> tuple[str, list[Any]] | None:
+    """(benchmark, records) of one samples artifact: `<benchmark>.jsonl.gz`, or `.jsonl` as an
+    older revision (a baseline) wrote them; None for any other file."""
+    if path.name.endswith(".jsonl.gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return path.name.removesuffix(".jsonl.gz"), [json.loads(line) for line in f]
+    if path.suffix == ".jsonl":
+        return path.stem, [json.loads(line) for line in path.open(encoding="utf-8")]
+    return None
 
 
 def measure(side: Side, model: str, root: Path, overrides: list[str], args: Any,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -22,6 +23,11 @@ def _client(root: Path) -> MlflowClient:
 
 def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+
+
+def _jsonl_gz(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
 
 
 def _runs(client: MlflowClient, query: str = "") -> list:
@@ -56,9 +62,9 @@ def test_eval_base_model_logs_scores_protocol_and_samples(job_env, new_output_ro
     assert json.loads((folder / "protocol.json").read_text())["key"] == tags["hacrl.eval.main.key"]
     assert {p.name for p in (folder / "tasks").iterdir()} >= {
         "hacrl_tiny_gsm8k.yaml", "hacrl_tiny_aime2025.yaml", "hacrl_suite.yaml", "utils.py"}
-    aime = [json.loads(line) for line in (folder / "samples" / "tiny_aime2025.jsonl").open()]
+    aime = _jsonl_gz(folder / "samples" / "tiny_aime2025.jsonl.gz")
     assert len(aime) == 30 and all(len(r["responses"]) == len(r["grades"]) == 16 for r in aime)
-    gsm = [json.loads(line) for line in (folder / "samples" / "tiny_gsm8k.jsonl").open()]
+    gsm = _jsonl_gz(folder / "samples" / "tiny_gsm8k.jsonl.gz")
     assert len(gsm) == 30 and gsm[0]["prompt"].startswith("<|im_start|>user\nWhat is")
     # the per-sample grades add up to the logged accuracy
     assert sum(g["correct"] for r in gsm for g in r["grades"]) / 30 == pytest.approx(

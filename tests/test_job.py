@@ -121,8 +121,10 @@ def test_run_job_end_to_end(job_env, tmp_path, tiny_job, monkeypatch):
         assert json.loads(run.data.tags["hacrl.eval.main.protocol"])["sampled"]["aime2025"][
             "samples"] == 16
         samples = {a.path for a in client.list_artifacts(run.info.run_id, "eval/main/samples")}
-        assert samples == {"eval/main/samples/tiny_gsm8k.jsonl",
-                           "eval/main/samples/tiny_aime2025.jsonl"}
+        assert samples == {"eval/main/samples/tiny_gsm8k.jsonl.gz",
+                           "eval/main/samples/tiny_aime2025.jsonl.gz"}
+        assert "eval/main/outcomes.parquet" in {
+            a.path for a in client.list_artifacts(run.info.run_id, "eval/main")}
         for key in run.data.metrics:
             assert "@" not in key and "%" not in key
 

@@ -1,7 +1,9 @@
-"""Tag names and output paths have one home each: `hacrl.schema` and `hacrl.layout`.
+"""Tag names, output paths and evaluation artifact names have one home each: `hacrl.schema`
+and `hacrl.layout`.
 
 The check reads every module's string constants (docstrings aside): a tag name spelt out, an
-MLflow filter on tags, or a file name of the output root anywhere else fails it.
+MLflow filter on tags, a file name of the output root, or an evaluation artifact's file name
+(`hacrl.schema.eval_artifacts`) anywhere else fails it.
 """
 
 from __future__ import annotations
@@ -12,15 +14,19 @@ from pathlib import Path
 import pytest
 
 from hacrl.layout import Layout
+from hacrl.schema import eval_artifacts as A
 from hacrl.schema import tags as T
 
 ROOT = Path(__file__).resolve().parents[1]
 # the checkpoint module is the home of what lies inside a checkpoint step folder
-HOMES = {"hacrl/schema/tags.py", "hacrl/schema/metric_names.py", "hacrl/layout.py", "hacrl/checkpoint.py"}
+HOMES = {"hacrl/schema/tags.py", "hacrl/schema/metric_names.py", "hacrl/schema/eval_artifacts.py",
+         "hacrl/layout.py", "hacrl/checkpoint.py"}
 TAG_NAMES = {v for k, v in vars(T).items() if k.isupper() and isinstance(v, str)
              and (v.startswith(("hacrl.", "mlflow.")) or v == T.CONFIG_HASH)}
 PATH_NAMES = {"mlflow.db", "mlartifacts", "runs", "sweeps", "reports", "plots", "DONE.json",
               "manifest.json", "status.json", "config.yaml", "ckpt"}
+# file names inside an evaluation's artifacts (the report reads them back by these names)
+ARTIFACT_NAMES = (A.OUTCOMES_FILE, A.PROTOCOL_FILE, A.SCORES_FILE, A.SAMPLES_SUFFIX)
 
 
 def _strings(node: ast.AST) -> list[str]:
@@ -64,12 +70,22 @@ def spelt_out() -> list[str]:
                       if text in TAG_NAMES or "tags.`" in text or "tags.config_hash" in text]
             found += [f"{rel}:{line}: path {text!r}" for line, text in joined
                       if text.strip("/") in PATH_NAMES or text.startswith(("team-", "step_"))]
+            found += [f"{rel}:{line}: artifact {text!r}" for line, text in texts
+                      if text.endswith(ARTIFACT_NAMES)]
     return found
 
 
 def test_tag_names_and_output_paths_live_in_one_place() -> None:
     found = spelt_out()
     assert not found, f"{len(found)} literals outside hacrl.schema / hacrl.layout:\n" + "\n".join(found)
+
+
+def test_eval_artifact_names() -> None:
+    assert A.outcomes("main") == "eval/main/outcomes.parquet"
+    assert A.folder("ablation") == "eval/ablation"
+    assert A.samples_file("tiny_math500") == "tiny_math500.jsonl.gz"
+    assert [name for name, _ in A.OUTCOME_COLUMNS] == ["benchmark", "problem", "sample", "answer",
+                                                       "correct"]
 
 
 def test_layout_resolves_the_root_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,8 @@ which are also logged with the results, so every number comes with the tasks tha
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import logging
 import os
@@ -17,11 +19,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from hacrl.evaluation.protocol import TASK_DIR, Protocol, task_name
+from hacrl.schema.eval_artifacts import samples_file
+
+if TYPE_CHECKING:  # pyarrow is imported where an evaluation runs, not by every job's startup
+    import pyarrow as pa
 
 SUITE = "hacrl_suite"
 
@@ -136,13 +142,15 @@ class Backend:
 
 @dataclass
 class EvalOutcome:
-    """Per-benchmark metrics (names as logged), the macro average and per-sample records."""
+    """Per-benchmark metrics (names as logged), the macro average, per-sample records and the
+    compact outcomes table made from them (`hacrl.evaluation.outcome_table`)."""
 
     metrics: dict[str, dict[str, float]]
     average: dict[str, float]
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seconds: float = 0.0
     lm_eval_version: str = ""
+    outcomes: pa.Table | None = None
 
 
 def _sample_record(sample: dict[str, Any]) -> dict[str, Any]:
@@ -195,6 +203,8 @@ def run_lm_eval(model_path: str, benchmarks: list[str], data_files: dict[str, Pa
     import lm_eval
     from lm_eval.tasks import TaskManager
 
+    from hacrl.evaluation.outcome_table import outcomes_table
+
     datasets.disable_progress_bars()  # local json files load in milliseconds
     for noisy in ("lm_eval", "lm-eval", "datasets", "httpx"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
@@ -225,16 +235,20 @@ def run_lm_eval(model_path: str, benchmarks: list[str], data_files: dict[str, Pa
         raise RuntimeError(f"lm-eval's group average {group['acc,graded']} differs from the mean "
                            f"of the benchmarks {average['acc']}")
     return EvalOutcome(metrics, average, samples, time.perf_counter() - started,
-                       getattr(lm_eval, "__version__", ""))
+                       getattr(lm_eval, "__version__", ""), outcomes_table(samples))
 
 
 def write_samples(outcome: EvalOutcome, folder: Path) -> list[Path]:
-    """One jsonl of per-sample records per benchmark (the artifact logged with the scores)."""
+    """One gzipped jsonl of per-sample records per benchmark (the verbose artifact logged with
+    the scores: prompts and responses are most of an evaluation's bytes, and repeat a lot)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for benchmark, records in outcome.samples.items():
-        path = folder / f"{benchmark}.jsonl"
-        with path.open("w", encoding="utf-8") as f:
+        path = folder / samples_file(benchmark)
+        # no time or name in the gzip header: the same records give the same bytes
+        with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="",
+                                                   mtime=0) as packed, \
+                io.TextIOWrapper(packed, encoding="utf-8") as f:
             for record in records:
                 f.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
         paths.append(path)

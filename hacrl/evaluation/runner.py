@@ -5,7 +5,8 @@ job holds its checkpoint's evaluations; a zoo or hub model's base evaluation get
 own (method `base`), found again by model path and scale. The run's tags record, per protocol
 name P: `hacrl.eval.P.key` (the protocol hash), `hacrl.eval.P.benchmarks`, the backend and the
 protocol itself; metrics are `eval/P/<benchmark>/<metric>` and `eval/P/avg/<metric>`; artifacts
-under `eval/P/` hold the protocol, the resolved lm-eval tasks and every response with its grade.
+under `eval/P/` (names: `hacrl.schema.eval_artifacts`) hold the protocol, the resolved lm-eval
+tasks, every response with its grade, and the compact per-sample outcomes table.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from omegaconf import DictConfig
 from hacrl.evaluation.lmeval import Backend, EvalOutcome, run_lm_eval, write_samples
 from hacrl.evaluation.protocol import Protocol, benchmark_data
 from hacrl.layout import RunDir
+from hacrl.schema import eval_artifacts as A
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
 from hacrl.tracking import Tracker
@@ -73,8 +75,10 @@ def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id
             continue
         if protocol.key in done_by_key:
             first, outcome = done_by_key[protocol.key]
+            # the outcomes go with the copy: a report reads them by protocol name
             copied = EvalOutcome(outcome.metrics, outcome.average, seconds=0.0,
-                                 lm_eval_version=outcome.lm_eval_version)
+                                 lm_eval_version=outcome.lm_eval_version,
+                                 outcomes=outcome.outcomes)
             _log(cfg, tracker, run_id, step, model_path, protocol, benchmarks, copied, None)
             results.append(EvalResult(run_id, protocol, flat_metrics(protocol, copied),
                                       shared_with=first.protocol.name))
@@ -107,7 +111,35 @@ def _evaluate_one(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: st
 def _log(cfg: DictConfig, tracker: Tracker, run_id: str, step: int, model_path: str,
          protocol: Protocol, benchmarks: list[str], outcome: EvalOutcome, work: Path | None,
          backend: Backend | None = None, files: dict[str, Path] | None = None) -> None:
-    """Metrics, tags and (when `work` holds them) the artifacts of one protocol's evaluation."""
+    """Artifacts (when `work` holds them; the outcomes table always), metrics, then tags.
+
+    The tags go last: they mark the evaluation as logged (`already_logged`), so a kill before
+    them leaves it to be done again rather than logged without its artifacts. The outcomes
+    are checked against the scores before anything is logged (a mismatch is a bug).
+    """
+    folder = A.folder(protocol.name)
+    if outcome.outcomes is not None:
+        from hacrl.evaluation.outcome_table import write_outcomes
+
+        samples = {b: protocol.sampling_for(b).samples for b in outcome.metrics}
+        with tempfile.TemporaryDirectory(prefix="hacrl-outcomes-") as tmp:
+            path = write_outcomes(outcome.outcomes, outcome.metrics, samples,
+                                  Path(tmp) / A.OUTCOMES_FILE)
+            tracker.log_artifact(run_id, path, folder)
+    if work is not None:
+        assert backend is not None and files is not None
+        (work / A.PROTOCOL_FILE).write_text(json.dumps(
+            {"protocol": protocol.to_dict(), "key": protocol.key, "backend": backend.name,
+             "model_args": backend.model_args(model_path, protocol, int(cfg.seed)),
+             "benchmarks": benchmarks, "data_files": {b: str(p) for b, p in files.items()},
+             "lm_eval_version": outcome.lm_eval_version, "step": step}, indent=1, default=str))
+        (work / A.SCORES_FILE).write_text(json.dumps(
+            {"metrics": outcome.metrics, "average": outcome.average}, indent=1))
+        write_samples(outcome, work / A.SAMPLES)
+        for item in (A.PROTOCOL_FILE, A.SCORES_FILE):
+            tracker.log_artifact(run_id, work / item, folder)
+        tracker.log_artifacts(run_id, work / A.TASKS, f"{folder}/{A.TASKS}")
+        tracker.log_artifacts(run_id, work / A.SAMPLES, f"{folder}/{A.SAMPLES}")
     flat = flat_metrics(protocol, outcome)
     tracker.log_metrics(run_id, {**flat, M.eval_seconds(protocol.name): outcome.seconds}, step)
     record = {"key": protocol.key, "benchmarks": json.dumps(benchmarks),
@@ -115,22 +147,6 @@ def _log(cfg: DictConfig, tracker: Tracker, run_id: str, step: int, model_path: 
               "backend": str(cfg.eval.backend), "model_path": model_path,
               "lm_eval": outcome.lm_eval_version, "step": str(step)}
     tracker.set_tags(run_id, {T.eval_tag(protocol.name, k): v for k, v in record.items()})
-    if work is None:
-        return
-    assert backend is not None and files is not None
-    (work / "protocol.json").write_text(json.dumps(
-        {"protocol": protocol.to_dict(), "key": protocol.key, "backend": backend.name,
-         "model_args": backend.model_args(model_path, protocol, int(cfg.seed)),
-         "benchmarks": benchmarks, "data_files": {b: str(p) for b, p in files.items()},
-         "lm_eval_version": outcome.lm_eval_version, "step": step}, indent=1, default=str))
-    (work / "scores.json").write_text(json.dumps(
-        {"metrics": outcome.metrics, "average": outcome.average}, indent=1))
-    write_samples(outcome, work / "samples")
-    artifact_path = M.eval_prefix(protocol.name)  # artifacts sit beside the metrics' names
-    for item in ("protocol.json", "scores.json"):
-        tracker.log_artifact(run_id, work / item, artifact_path)
-    tracker.log_artifacts(run_id, work / "tasks", f"{artifact_path}/tasks")
-    tracker.log_artifacts(run_id, work / "samples", f"{artifact_path}/samples")
 
 
 def flat_metrics(protocol: Protocol, outcome: EvalOutcome) -> dict[str, float]:
