@@ -48,8 +48,15 @@ class Context:
         return f"eval/{protocol}/{logged}/{name}"
 
     def grid(self, sweep: str) -> dict[str, Any]:
-        grids = self.grids.get(sweep) or [{}]
-        return grids[0]
+        """The sweep's axes, its grids merged: each key's values in the order they first
+        appear (Table 1 lists base in one grid and the trained methods, over seeds, in another)."""
+        merged: dict[str, Any] = {}
+        for grid in self.grids.get(sweep) or [{}]:
+            for key, values in grid.items():
+                values = values if isinstance(values, list) else [values]
+                have = merged.setdefault(key, [])
+                have += [v for v in values if v not in have]
+        return merged
 
     def pairs_of(self, sweep: str) -> list[Pair]:
         keys = self.grid(sweep).get("pair", [])
