@@ -46,8 +46,8 @@ class Entry:
         return out + (f" {self.extra}" if self.extra else "")
 
     def paper_text(self) -> str:
-        if self.paper is None:
-            return ""
+        if self.paper is None:  # a note still says why (e.g. "no samples")
+            return f"paper: {self.paper_note}" if self.paper_note else ""
         out = f"paper {self.paper:.{self.digits}f}"
         if self.paper_extra:
             out += f" {self.paper_extra}"

@@ -177,6 +177,20 @@ def test_seeds_mean_and_sample_std(world):
     assert summary.paper == pytest.approx(0.6552) and summary.paper_note == "± 0.0072"
     assert row["seed 42"].ours.mean == pytest.approx(0.26) and row["seed 42"].paper == 0.664
     assert "0.3000 ± 0.0400 (n=3)" in summary.ours_text()
+    # the mean's t-interval over seeds, ours and the paper's (from its five per-seed values)
+    assert summary.extra == "[95% CI 0.2006 to 0.3994]"
+    assert summary.paper_extra == "[95% CI 0.6463 to 0.6641]"
+    # paired by seed: HACPO − GSPOx2; the paper gives no per-seed GSPOx2 for the 4B agent
+    diff = _row(table, SIZE.name, f"{SMALL} · HACPO − GSPOx2")
+    assert diff["seed 42"].paper == pytest.approx(0.664 - 0.624)
+    assert diff["mean ± std"].paper == pytest.approx(0.0308)
+    assert "p 0.00031, MDE 0.0100 (5 seeds)" in diff["mean ± std"].paper_text()
+    assert diff["mean ± std"].ours.reason == "5 of 5 not in this sweep"
+    none = _row(table, SIZE.name, f"{BIG} · HACPO − GSPOx2")
+    assert none["seed 0"].paper is None and none["mean ± std"].paper is None
+    assert none["mean ± std"].paper_text() == "paper: no samples"
+    assert _row(table, SIZE.name, f"{BIG} · GSPOx2")["mean ± std"].paper_extra == \
+        "[95% CI: no samples]"
 
 
 def test_runtime_sums_single_agent_baselines_over_both_agents(world):
