@@ -35,6 +35,8 @@ class Context:
     scale: str
     # sweep name -> its own grids, for every sweep file (the manifest's `grids`)
     grids: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # the runs' per-problem outcomes, read once per report (`analysis.evidence.evidence_of`)
+    evidence: Any = field(default=None, repr=False)
 
     @property
     def scale_note(self) -> str:
