@@ -44,10 +44,13 @@ class Context:
                 f"{self.scale} scale (the project's tiny models: not comparable to the paper's "
                 "numbers in absolute terms)")
 
+    def logged_benchmark(self, benchmark: str) -> str:
+        """A paper benchmark's name as this scale logs it (`math500` -> `tiny_math500`)."""
+        return benchmark if self.scale == "paper" else f"tiny_{benchmark}"
+
     def benchmark_metric(self, protocol: str, benchmark: str, name: str = "acc") -> str:
         """eval/<protocol>/<benchmark as logged at this scale>/<name>."""
-        logged = benchmark if self.scale == "paper" else f"tiny_{benchmark}"
-        return f"eval/{protocol}/{logged}/{name}"
+        return f"eval/{protocol}/{self.logged_benchmark(benchmark)}/{name}"
 
     def grid(self, sweep: str) -> dict[str, Any]:
         """The sweep's axes, its grids merged: each key's values in the order they first

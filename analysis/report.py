@@ -152,7 +152,7 @@ def build(ctx: Context, sweep: str, folder: Path, table_keys: list[str],
                           f"{', '.join(choices)}")
     builders, _ = registered()
     tables = {key: builders[key](ctx) for key in table_order(table_keys)}
-    found_claims = claims_mod.check(tables)
+    found_claims = claims_mod.check(tables, ctx)
     folder = folder.resolve()
     check_destination(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -225,8 +225,9 @@ def _log(ctx: Context, sweep: str, folder: Path) -> str:
 def _claims_lines(found: list[claims_mod.Claim]) -> list[str]:
     lines = []
     for c in found:
+        how = f" ({c.method})" if c.method else ""
         paper = f" — paper's own numbers: {c.paper_verdict}" if c.paper_verdict else ""
-        lines.append(f"- **{c.text}**: {c.verdict}{paper}")
+        lines.append(f"- **{c.text}**: {c.verdict}{how}{paper}")
         lines += [f"  - {d}" for d in c.details]
     return lines
 
@@ -263,6 +264,7 @@ def _html(title: str, ctx: Context, tables: dict[str, Table], figures: list[str]
     toc += "".join(f'<li><a href="#fig-{f}">figure: {f}</a></li>' for f in figures)
     claims = "".join(
         f"<li><b>{html.escape(c.text)}</b>: {html.escape(c.verdict)}"
+        + (f" ({html.escape(c.method)})" if c.method else "")
         + (f" <span class='paper'>(paper's numbers: {html.escape(c.paper_verdict)})</span>"
            if c.paper_verdict else "")
         + "<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in c.details) + "</ul></li>"

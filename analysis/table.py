@@ -23,6 +23,10 @@ class Entry:
     paper_extra: str = ""             # the paper's own difference to a baseline, in brackets
     extra: str = ""                   # e.g. the difference to GSPOx2, in brackets
     text: str | None = None           # a plain text cell (e.g. a hyperparameter)
+    # 95% interval of ours from the per-problem outcomes (analysis.stats: problems and seeds);
+    # None: no samples to compute one from (see `uncertainty`)
+    interval: tuple[float, float] | None = None
+    uncertainty: str = ""             # why there is no interval, e.g. "no samples"
 
     @property
     def delta(self) -> float | None:
@@ -38,9 +42,16 @@ class Entry:
         if self.ours.mean is None:
             return f"— ({self.ours.reason or 'not run'})"
         out = f"{self.ours.mean:.{self.digits}f}"
-        if self.ours.n > 1:
+        if self.interval is not None:
+            lo, hi = self.interval
+            out += f" [{lo:.{self.digits}f}, {hi:.{self.digits}f}]"
+            if self.ours.n > 1:
+                out += f" (n={self.ours.n})"
+        elif self.ours.n > 1:
             std = self.ours.std
             out += f" ± {std:.{self.digits}f} (n={self.ours.n})" if std is not None else ""
+        if self.interval is None and self.uncertainty:
+            out += f" ({self.uncertainty})"
         if self.ours.reason:  # some seeds missing
             out += f" [{self.ours.reason}]"
         return out + (f" {self.extra}" if self.extra else "")
@@ -84,6 +95,8 @@ class Table:
                 records.append({
                     "section": section, "row": row, "column": column,
                     "ours": ours.mean if ours else None, "ours_std": ours.std if ours else None,
+                    "ours_lo": e.interval[0] if e.interval else None,
+                    "ours_hi": e.interval[1] if e.interval else None,
                     "n": ours.n if ours else 0, "paper": e.paper, "delta": e.delta,
                     "text": e.text, "missing": ours.reason if ours and ours.mean is None else "",
                     "run_ids": " ".join(ours.run_ids) if ours else ""})

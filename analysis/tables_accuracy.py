@@ -6,8 +6,10 @@ import statistics
 
 from analysis.cell_values import Value
 from analysis.context import Context
+from analysis.evidence import CellSamples, evidence_of
 from analysis.reference import BENCHMARKS, LABELS, METHOD_LABELS, benchmark_values, paper
 from analysis.seed_stats import NO_SAMPLES, paired_seed_difference, seed_mean
+from analysis.stats import AVG, Estimate
 from analysis.table import Entry, Table
 from analysis.table_registry import register_table
 
@@ -47,9 +49,12 @@ def benchmark_table(ctx: Context, key: str, title: str, sweep: str, reference: s
     published = benchmark_values(reference)
     table = Table(key, f"{title} — {ctx.scale_note}; protocol `{protocol}`",
                   [LABELS[b] for b in BENCHMARKS] + ["AVG"])
+    evidence = evidence_of(ctx)
+    names = [ctx.logged_benchmark(b) for b in BENCHMARKS] + [AVG]
     for p in ctx.pairs_of(sweep):
         for agent in p.agents:
             rows: dict[str, list[Entry]] = {}
+            samples: dict[str, CellSamples] = {}
             for method in methods:
                 parts = [ctx.value(method, p, agent, ctx.benchmark_metric(protocol, b), sweep)
                          for b in BENCHMARKS]
@@ -58,29 +63,54 @@ def benchmark_table(ctx: Context, key: str, title: str, sweep: str, reference: s
                                                                   "avg_printed")))
                 rows[method] = [Entry(v, pv) for v, pv in zip(parts, pub, strict=True)]
                 rows[method].append(Entry(_average(parts), avg_paper, paper_note=note))
+                samples[method] = evidence.cell(method, p, agent, sweep, protocol)
+                _intervals(rows[method], names, samples[method], evidence.estimates(samples[method]))
             if baseline in rows:
                 base = rows[baseline][-1]
                 for method, entries in rows.items():
                     avg = entries[-1]
                     if method == baseline or base.ours is None or avg.ours is None:
                         continue
-                    if avg.ours.mean is not None and base.ours.mean is not None:
-                        avg.extra = f"[{avg.ours.mean - base.ours.mean:+.3f}]"
+                    diff = evidence.paired(samples[method], samples[baseline])
+                    if diff is not None:
+                        d = diff[AVG]
+                        avg.extra = f"[{d.estimate:+.3f} ({d.lo:+.3f}, {d.hi:+.3f})]"
+                    elif avg.ours.mean is not None and base.ours.mean is not None:
+                        avg.extra = f"[{avg.ours.mean - base.ours.mean:+.3f}, no samples]"
                     if avg.paper is not None and base.paper is not None:
                         avg.paper_extra = f"[{avg.paper - base.paper:+.3f}]"
             for method, entries in rows.items():
                 table.add(p.name, f"{agent} · {METHOD_LABELS.get(method, method)}", entries)
     table.notes += [
-        "Each cell: ours (mean ± sample std over runs when several), then the paper's value "
-        "and ours − paper. AVG is recomputed as the mean of the seven cells; when the paper "
-        "printed a different AVG it is shown as `printed`.",
-        f"Brackets in the AVG column: difference to {METHOD_LABELS.get(baseline or '', '')} "
-        "of the same agent." if baseline else "",
-        "Single-agent methods are one run per agent, shared by every pair the agent is in.",
+        "Each cell: ours, the mean over seeds (n = the number of runs), with its 95% interval "
+        "in brackets: a bootstrap over the benchmark's problems and, with several seeds, over "
+        "seeds (analysis/stats.py); then the paper's value and ours − paper. Where the runs "
+        "logged no per-problem outcomes there is no interval: mean ± sample std over runs, "
+        "marked `no samples`. AVG is the mean of the seven cells; when the paper printed a "
+        "different AVG it is shown as `printed`.",
+        f"Brackets after the AVG interval: the difference to "
+        f"{METHOD_LABELS.get(baseline or '', '')} of the same agent, paired over the seeds "
+        "both ran and the same problems, with its 95% interval (the claims above test it)."
+        if baseline else "",
+        "Single-agent methods train each agent alone, shared by every pair the agent is in; "
+        "the base models are evaluated once.",
         "AIME2025: ours is avg@k with the protocol's k samples (see the run's protocol tag).",
+        "The paper's values have no per-problem samples: they carry no interval.",
     ]
     table.notes = [n for n in table.notes if n]
     return table
+
+
+def _intervals(entries: list[Entry], names: list[str], samples: CellSamples,
+               estimates: dict[str, Estimate] | None) -> None:
+    """Each entry's 95% interval from the cell's per-problem outcomes, or why it has none."""
+    for entry, name in zip(entries, names, strict=True):
+        if entry.ours is None or entry.ours.mean is None:
+            continue
+        if estimates is None:
+            entry.uncertainty = samples.reason if samples.runs else ""
+        elif name in estimates:
+            entry.interval = (estimates[name].lo, estimates[name].hi)
 
 
 @register_table("table1")

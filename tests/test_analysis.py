@@ -134,7 +134,9 @@ def test_table1_cells_deltas_and_missing_reasons(world):
     assert hacpo["GSM8K"].ours.mean == pytest.approx(0.32) and hacpo["GSM8K"].paper == 0.822
     avg = hacpo["AVG"]
     assert avg.ours.mean == pytest.approx(0.33)           # mean of 0.30 .. 0.36
-    assert avg.extra == "[+0.100]"                        # minus GSPOx2's 0.23
+    # minus GSPOx2's 0.23; these runs logged no per-problem outcomes, so no interval
+    assert avg.extra == "[+0.100, no samples]" and avg.interval is None
+    assert "no samples" in avg.ours_text()
     paper_avg = statistics.fmean([0.69, 0.674, 0.822, 0.225, 0.45, 0.279, 0.314])
     assert avg.paper == pytest.approx(paper_avg)
     x2 = statistics.fmean([0.664, 0.65, 0.829, 0.177, 0.375, 0.265, 0.293])
@@ -230,10 +232,13 @@ def test_report_folder_claims_figures_and_mlflow_run(world, tmp_path):
     assert "not comparable to the paper" in page and "failed" in page
     claims = {c.text: c for c in report.claims}
     above = claims["HACPO is above GSPOx2 (AVG) for every agent of every Table-1 pair"]
-    assert above.verdict == "supported" and above.paper_verdict == "supported"
+    # no per-problem outcomes in this store: nothing is tested, the difference is still shown
+    assert above.verdict == "not testable (runs missing)"
+    assert above.paper_verdict.startswith("holds for 6 of 6 agents")
     assert "HACPO 0.330 vs GSPOx2 0.230 (+0.100)" in " ".join(above.details)
     cost = claims["HACPO takes less wall time than GSPOx2 (both agents)"]
-    assert cost.verdict == "supported" and "ratio 0.67" in cost.details[0]
+    assert "ratio 0.67" in cost.details[0]
+    assert cost.verdict.startswith("not testable (one repeat")  # one timing repeat each
     runs = (folder / "runs.csv").read_text()
     assert report.run_id and len(runs.splitlines()) > 10
     store = open_store(ctx.store.uri)

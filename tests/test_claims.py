@@ -1,0 +1,149 @@
+"""Claims and Table 1 read the runs' per-problem outcomes: a real MLflow store with agent runs
+whose outcomes have a known effect -> intervals in the table cells, paired differences, and
+verdicts (supported where the effect is large, inconclusive with its MDE where there is none,
+not testable where the runs logged no outcomes)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.claims import check
+from analysis.context import Context, pair
+from analysis.reference import BENCHMARKS
+from analysis.store import open_store
+from analysis.tables_accuracy import benchmark_table
+from hacrl.schema import eval_artifacts as A
+from hacrl.schema.sweep_manifest import CellRecord as Cell
+from hacrl.sweep.grid import all_grids
+from hacrl.tracking import Tracker
+
+SIZE = pair("size")
+SMALL, BIG = SIZE.agents
+SEEDS = (0, 1, 42)
+PROBLEMS = 300
+# true AVG effect of HACPO over GSPOx2 per agent: large for the small agent, none for the big
+EFFECT = {SMALL: 0.12, BIG: 0.0}
+
+
+def _cell(cid: str, method: str, agents: list[str], seed: int) -> Cell:
+    from hacrl.algo.methods import METHODS
+
+    return Cell(cid, [], method, agents, seed, sweeps=["table1"], protocols=["main"],
+                trains=METHODS[method].trains, scale="tiny",
+                model_paths={a: f"/zoo/{a}" for a in agents}, params={"train.steps": 25})
+
+
+def _outcomes(rng: np.random.Generator, difficulty: dict[str, np.ndarray], shift: float,
+              seed_shift: float) -> tuple[pa.Table, dict[str, float]]:
+    """One run's outcomes: problem i right with probability difficulty_i + shifts."""
+    columns: dict[str, list] = {"benchmark": [], "problem": [], "sample": [], "answer": [],
+                                "correct": []}
+    means = {}
+    for bench, p in difficulty.items():
+        right = (rng.random(p.shape) < np.clip(p + shift + seed_shift, 0, 1)).astype(np.int8)
+        means[bench] = float(right.mean())
+        columns["benchmark"] += [bench] * len(p)
+        columns["problem"] += [f"{bench}-{i:05d}" for i in range(len(p))]
+        columns["sample"] += [0] * len(p)
+        columns["answer"] += ["1" if r else "0" for r in right]
+        columns["correct"] += right.tolist()
+    types = dict(A.OUTCOME_COLUMNS)
+    table = pa.table({k: pa.array(v, getattr(pa, types[k])()) for k, v in columns.items()})
+    return table, means
+
+
+@pytest.fixture()
+def world(tmp_path: Path) -> Context:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "hacrl")
+    rng = np.random.default_rng(7)
+    difficulty = {a: {f"tiny_{b}": rng.beta(0.6, 0.6, PROBLEMS) for b in BENCHMARKS}
+                  for a in SIZE.agents}
+    cells: list[Cell] = []
+
+    def agent_run(cell: Cell, agent: str, shift: float, seed: int, outcomes: bool) -> None:
+        table, means = _outcomes(rng, difficulty[agent], shift, 0.01 * (seed % 3 - 1))
+        metrics = {f"eval/main/{b}/acc": m for b, m in means.items()}
+        metrics["eval/main/avg/acc"] = float(np.mean(list(means.values())))
+        run_id = tracker.start_run(f"{cell.method}:{agent}", {
+            "hacrl.kind": "agent", "config_hash": cell.id, "method": cell.method,
+            "model": agent, "scale": "tiny", "seed": str(seed)})
+        tracker.log_metrics(run_id, metrics, 25)
+        if outcomes:
+            path = tmp_path / f"{run_id}.parquet"
+            pq.write_table(table, path)
+            folder = tmp_path / run_id
+            folder.mkdir()
+            (folder / A.OUTCOMES_FILE).write_bytes(path.read_bytes())
+            tracker.log_artifact(run_id, folder / A.OUTCOMES_FILE, A.folder("main"))
+        tracker.finish(run_id)
+
+    for seed in SEEDS:
+        hacpo = _cell(f"hacpo{seed}", "hacpo", list(SIZE.agents), seed)
+        cells.append(hacpo)
+        for agent in SIZE.agents:
+            agent_run(hacpo, agent, EFFECT[agent], seed, outcomes=True)
+            x2 = _cell(f"x2{agent}{seed}", "gspo_x2", [agent], seed)
+            cells.append(x2)
+            agent_run(x2, agent, 0.0, seed, outcomes=True)
+            # GSPO and Naive ran, but before outcomes were logged: no samples, no test
+            for method in ("gspo", "naive"):
+                team = list(SIZE.agents) if method == "naive" else [agent]
+                cell = next((c for c in cells if c.method == method and c.seed == seed
+                             and c.agents == team), None) or _cell(
+                    f"{method}{agent}{seed}", method, team, seed)
+                if cell not in cells:
+                    cells.append(cell)
+                agent_run(cell, agent, 0.0, seed, outcomes=False)
+    grids = all_grids()
+    grids["table1"] = [{"pair": ["size"], "method": ["gspo", "gspo_x2", "naive", "hacpo"],
+                        "protocol": ["main"]}]
+    return Context(open_store(uri), cells, "tiny", grids)
+
+
+def test_table1_cells_carry_intervals_and_paired_differences(world: Context) -> None:
+    table = benchmark_table(world, "table1", "Table 1", "table1", "table1_main")
+    rows = {r: es for _, r, es in table.rows}
+    avg = rows[f"{SMALL} · HACPO"][-1]
+    assert avg.ours is not None and avg.ours.n == 3 and avg.interval is not None
+    lo, hi = avg.interval
+    assert lo < avg.ours.mean < hi and hi - lo < 0.05  # 7 x 300 problems, 3 seeds
+    # the bracket: HACPO - GSPOx2 paired, its interval clear of 0 for the +12-point agent
+    d, d_lo, d_hi = (float(x) for x in re.findall(r"[+-]\d\.\d+", avg.extra))
+    assert d_lo > 0 and abs(d - EFFECT[SMALL]) < 0.03 and d_lo < d < d_hi
+    bench = rows[f"{SMALL} · HACPO"][0]
+    assert bench.interval is not None and bench.interval[1] - bench.interval[0] > hi - lo
+    assert "[" in bench.ours_text() and "(n=3)" in bench.ours_text()
+    # GSPO's runs logged no outcomes: mean ± std, marked, no interval made up
+    gspo = rows[f"{SMALL} · GSPO"][-1]
+    assert gspo.interval is None and "no samples" in gspo.ours_text()
+    frame = table.to_frame()
+    assert frame["ours_lo"].notna().sum() == 2 * 2 * 8  # HACPO and GSPOx2, 2 agents, 8 columns
+
+
+def test_claims_are_verdicts_with_intervals_and_the_correction(world: Context) -> None:
+    table = benchmark_table(world, "table1", "Table 1", "table1", "table1_main")
+    claims = {c.text: c for c in check({"table1": table}, world)}
+    above = claims["HACPO is above GSPOx2 (AVG) for every agent of every Table-1 pair"]
+    assert above.verdict.startswith("supported for 1 of 2, inconclusive for 1 (MDE ")
+    assert "Holm over 2 comparisons, alpha 0.05" in above.method
+    small, big = above.details
+    assert small.startswith(f"{SIZE.name} / {SMALL}") and small.endswith(": supported")
+    assert re.search(r": inconclusive \(MDE \d+\.\d pt\)$", big)
+    assert "p " in small and "Holm" in small and "P(A > B)" in small
+    # Naive vs GSPO: the runs exist but logged no outcomes, so nothing is tested
+    naive = claims["Naive sharing is below GSPO (AVG) for every agent"]
+    assert naive.verdict == "not testable (runs missing)"
+    assert all("not testable (no samples" in d and "vs Naive" in d for d in naive.details)
+    gain = claims["Average gain of HACPO over GSPOx2 (paper: +3.6 points)"]
+    (line,) = gain.details
+    assert line.startswith("mean over 2 agents, seeds [0, 1, 42]: +")
+    estimate = float(line.split(": ")[1].split(" pt")[0])
+    # about half of the small agent's +12 points (clipped at 0 and 1), the big agent's 0
+    assert 3.5 < estimate < 7.0 and gain.verdict == "supported"
