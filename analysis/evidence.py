@@ -19,7 +19,7 @@ import numpy as np
 from analysis.cell_values import find, run_value
 from analysis.context import Context, Pair
 from analysis.outcomes import OutcomesError, aligned_problem_means, read_outcomes
-from analysis.stats import Difference, Estimate, cell_estimates, paired_difference
+from analysis.stats import AVG, Difference, Estimate, cell_estimates, components, paired_difference
 
 
 @dataclass
@@ -39,6 +39,18 @@ class CellSamples:
         assert self.scores is not None
         rows = [self.seeds.index(s) for s in seeds]
         return {b: m[rows] for b, m in self.scores.items()}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Standard errors of AVG across a report's cells (fractions, not points)."""
+
+    run_se_median: float     # one run's AVG over its problems
+    run_se_max: float
+    cell_se_median: float    # a cell's AVG over problems and seeds
+    cell_se_max: float
+    problems: str            # problems per evaluation, e.g. "7300"
+    seeds_text: str          # e.g. "3 seeds" or "1 seed or 3 seeds"
 
 
 class Evidence:
@@ -78,6 +90,24 @@ class Evidence:
         except OutcomesError as err:  # e.g. seeds evaluated on different benchmark versions
             return CellSamples(runs, reason=f"no samples ({err})")
         return CellSamples(runs, scores)
+
+    def precision(self) -> Precision | None:
+        """The standard errors of AVG over the cells read so far (None: none had samples)."""
+        cells = [c for c in self._cells.values() if c.scores is not None]
+        if not cells:
+            return None
+        runs, means = [], []
+        for cell in cells:
+            assert cell.scores is not None
+            means.append(components(cell.scores)[AVG].se)
+            for row in range(len(cell.runs)):  # one seed alone: all of its variance is problems
+                runs.append(components({b: m[[row]] for b, m in cell.scores.items()})[AVG].se)
+        problems = sorted({sum(m.shape[1] for m in c.scores.values()) for c in cells
+                           if c.scores is not None})
+        seeds = sorted({len(c.runs) for c in cells})
+        return Precision(float(np.median(runs)), max(runs), float(np.median(means)), max(means),
+                         "/".join(str(p) for p in problems),
+                         " or ".join(f"{s} seed{'s' if s > 1 else ''}" for s in seeds))
 
     def estimates(self, samples: CellSamples) -> dict[str, Estimate] | None:
         """Mean and 95% interval per benchmark, AVG and IQM (None without samples)."""

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from analysis.cell_values import Value
 from analysis.context import Context
-from analysis.evidence import CellSamples, evidence_of
+from analysis.evidence import CellSamples, Evidence, evidence_of
 from analysis.reference import BENCHMARKS, LABELS, METHOD_LABELS, benchmark_values, paper
 from analysis.seed_stats import NO_SAMPLES, paired_seed_difference, seed_mean
-from analysis.stats import AVG, Estimate
+from analysis.stats import AVG, IQM, Estimate
 from analysis.table import Entry, Table
 from analysis.table_registry import register_table
 
@@ -48,9 +49,10 @@ def benchmark_table(ctx: Context, key: str, title: str, sweep: str, reference: s
     methods = [str(m) for m in (methods if isinstance(methods, list) else [methods])]
     published = benchmark_values(reference)
     table = Table(key, f"{title} — {ctx.scale_note}; protocol `{protocol}`",
-                  [LABELS[b] for b in BENCHMARKS] + ["AVG"])
+                  [LABELS[b] for b in BENCHMARKS] + ["AVG", "IQM"])
     evidence = evidence_of(ctx)
-    names = [ctx.logged_benchmark(b) for b in BENCHMARKS] + [AVG]
+    names = [ctx.logged_benchmark(b) for b in BENCHMARKS] + [AVG, IQM]
+    mdes: list[float] = []
     for p in ctx.pairs_of(sweep):
         for agent in p.agents:
             rows: dict[str, list[Entry]] = {}
@@ -63,18 +65,20 @@ def benchmark_table(ctx: Context, key: str, title: str, sweep: str, reference: s
                                                                   "avg_printed")))
                 rows[method] = [Entry(v, pv) for v, pv in zip(parts, pub, strict=True)]
                 rows[method].append(Entry(_average(parts), avg_paper, paper_note=note))
+                rows[method].append(Entry(_iqm(parts), _paper_iqm(pub)))
                 samples[method] = evidence.cell(method, p, agent, sweep, protocol)
                 _intervals(rows[method], names, samples[method], evidence.estimates(samples[method]))
             if baseline in rows:
-                base = rows[baseline][-1]
+                base = rows[baseline][AVG_COLUMN]
                 for method, entries in rows.items():
-                    avg = entries[-1]
+                    avg = entries[AVG_COLUMN]
                     if method == baseline or base.ours is None or avg.ours is None:
                         continue
                     diff = evidence.paired(samples[method], samples[baseline])
                     if diff is not None:
                         d = diff[AVG]
                         avg.extra = f"[{d.estimate:+.3f} ({d.lo:+.3f}, {d.hi:+.3f})]"
+                        mdes.append(d.mde or math.nan)
                     elif avg.ours.mean is not None and base.ours.mean is not None:
                         avg.extra = f"[{avg.ours.mean - base.ours.mean:+.3f}, no samples]"
                     if avg.paper is not None and base.paper is not None:
@@ -95,10 +99,52 @@ def benchmark_table(ctx: Context, key: str, title: str, sweep: str, reference: s
         "Single-agent methods train each agent alone, shared by every pair the agent is in; "
         "the base models are evaluated once.",
         "AIME2025: ours is avg@k with the protocol's k samples (see the run's protocol tag).",
+        "IQM: the interquartile mean of the seven benchmarks (the middle five), with its "
+        "interval from the same bootstrap; the paper's is computed from its seven values.",
         "The paper's values have no per-problem samples: they carry no interval.",
+        _precision(evidence, mdes),
     ]
     table.notes = [n for n in table.notes if n]
     return table
+
+
+AVG_COLUMN = len(BENCHMARKS)  # the AVG entry of a row (IQM follows it)
+
+
+def _iqm(parts: list[Value]) -> Value:
+    """The interquartile mean of the benchmarks' means (25% trimmed at each end)."""
+    from scipy.stats import trim_mean
+
+    if any(p.mean is None for p in parts):
+        return Value(reason="benchmarks missing")
+    return Value([float(trim_mean([p.mean for p in parts], 0.25))],
+                 sorted({r for p in parts for r in p.run_ids}))
+
+
+def _paper_iqm(published: list[float | None]) -> float | None:
+    from scipy.stats import trim_mean
+
+    values = [v for v in published if v is not None]
+    return float(trim_mean(values, 0.25)) if len(values) == len(published) else None
+
+
+def _precision(evidence: Evidence, mdes: list[float]) -> str:
+    """What this design can see: the standard error of AVG over problems (one run), of a
+    cell's AVG over problems and seeds, and the MDE of the paired differences in brackets."""
+    design = evidence.precision()
+    if design is None:
+        return ""
+    text = (f"Precision (points): the SE of one run's AVG over its problems is "
+            f"{design.run_se_median * 100:.2f} (median; max {design.run_se_max * 100:.2f}) with "
+            f"{design.problems} problems over 7 benchmarks; a cell's AVG over problems and its "
+            f"{design.seeds_text} has SE {design.cell_se_median * 100:.2f} (median; max "
+            f"{design.cell_se_max * 100:.2f}).")
+    finite = sorted(m for m in mdes if not math.isnan(m))
+    if finite:
+        text += (f" A paired AVG difference (the brackets) is detected with 80% power at "
+                 f"alpha 0.05 from {finite[0] * 100:.1f} points (MDE; median "
+                 f"{statistics.median(finite) * 100:.1f}).")
+    return text
 
 
 def _intervals(entries: list[Entry], names: list[str], samples: CellSamples,

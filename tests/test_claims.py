@@ -110,21 +110,26 @@ def world(tmp_path: Path) -> Context:
 def test_table1_cells_carry_intervals_and_paired_differences(world: Context) -> None:
     table = benchmark_table(world, "table1", "Table 1", "table1", "table1_main")
     rows = {r: es for _, r, es in table.rows}
-    avg = rows[f"{SMALL} · HACPO"][-1]
+    avg = rows[f"{SMALL} · HACPO"][-2]  # AVG (IQM is the last column)
     assert avg.ours is not None and avg.ours.n == 3 and avg.interval is not None
     lo, hi = avg.interval
     assert lo < avg.ours.mean < hi and hi - lo < 0.05  # 7 x 300 problems, 3 seeds
     # the bracket: HACPO - GSPOx2 paired, its interval clear of 0 for the +12-point agent
     d, d_lo, d_hi = (float(x) for x in re.findall(r"[+-]\d\.\d+", avg.extra))
     assert d_lo > 0 and abs(d - EFFECT[SMALL]) < 0.03 and d_lo < d < d_hi
+    iqm = rows[f"{SMALL} · HACPO"][-1]
+    assert table.columns[-2:] == ["AVG", "IQM"] and iqm.interval is not None
+    assert iqm.interval[0] < iqm.ours.mean < iqm.interval[1]
+    assert iqm.paper is not None  # the paper's IQM from its seven printed values
     bench = rows[f"{SMALL} · HACPO"][0]
     assert bench.interval is not None and bench.interval[1] - bench.interval[0] > hi - lo
     assert "[" in bench.ours_text() and "(n=3)" in bench.ours_text()
     # GSPO's runs logged no outcomes: mean ± std, marked, no interval made up
-    gspo = rows[f"{SMALL} · GSPO"][-1]
+    gspo = rows[f"{SMALL} · GSPO"][-2]
     assert gspo.interval is None and "no samples" in gspo.ours_text()
     frame = table.to_frame()
-    assert frame["ours_lo"].notna().sum() == 2 * 2 * 8  # HACPO and GSPOx2, 2 agents, 8 columns
+    assert frame["ours_lo"].notna().sum() == 2 * 2 * 9  # HACPO and GSPOx2, 2 agents, 9 columns
+    assert "Precision (points): the SE of one run's AVG over its problems is" in table.notes[-1]
 
 
 def test_claims_are_verdicts_with_intervals_and_the_correction(world: Context) -> None:
