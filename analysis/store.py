@@ -87,6 +87,8 @@ def open_store(uri: str, experiment: str = "hacrl", *, must_exist: bool = True) 
     raises StoreError naming its path. Any fault opening the store is one line (StoreError).
     """
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # a report downloads hundreds of small outcome files: no progress bar for each
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from hacrl.errors import StoreError, one_line
     from hacrl.mlflow_store import open_client
 
