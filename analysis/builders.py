@@ -4,6 +4,7 @@ whose decorators fill `analysis.table_registry` (kept apart so the registry impo
 from __future__ import annotations
 
 import analysis.figures  # noqa: F401  (registers figures)
+import analysis.figures_dynamics  # noqa: F401  (registers figures, after analysis.figures)
 import analysis.tables_accuracy  # noqa: F401  (registers tables)
 import analysis.tables_cost  # noqa: F401  (registers tables)
 from analysis.table_registry import FIGURES, TABLES, FigureBuilder, TableBuilder

@@ -9,9 +9,10 @@ the sweep whose runs it shows:
     @register_table("table10")
     def my_table(ctx: Context) -> Table: ...
 
-The builders live in `analysis.tables_accuracy`, `analysis.tables_cost` and `analysis.figures`
-(`analysis.builders` imports them: this module imports none, so they can import it). A report lists its tables in the paper's order (`table<N>` by N,
-then the others in the order they were registered) and its figures in registration order.
+The builders live in `analysis.tables_accuracy`, `analysis.tables_cost`, `analysis.figures` and
+`analysis.figures_dynamics` (`analysis.builders` imports them: this module imports none, so they
+can import it). A report lists its tables in the paper's order (`table<N>` by N, then the others
+in the order they were registered) and its figures in registration order.
 """
 
 from __future__ import annotations
