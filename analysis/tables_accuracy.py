@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Any
 
 from analysis.cell_values import Value
-from analysis.context import Context
+from analysis.context import Context, Pair
 from analysis.evidence import CellSamples, Evidence, evidence_of
 from analysis.reference import BENCHMARKS, LABELS, METHOD_LABELS, benchmark_values, paper
 from analysis.seed_stats import NO_SAMPLES, paired_seed_difference, seed_mean
@@ -147,6 +148,22 @@ def _precision(evidence: Evidence, mdes: list[float]) -> str:
     return text
 
 
+def _with_interval(entry: Entry, ctx: Context, method: str, p: Pair, agent: str, sweep: str,
+                   protocol: str, benchmark: str, **params: Any) -> Entry:
+    """`entry` with the 95% interval of one benchmark from the cell's outcomes (or why not)."""
+    if entry.ours is None or entry.ours.mean is None:
+        return entry
+    evidence = evidence_of(ctx)
+    samples = evidence.cell(method, p, agent, sweep, protocol, **params)
+    estimates = evidence.estimates(samples)
+    name = ctx.logged_benchmark(benchmark)
+    if estimates is not None and name in estimates:
+        entry.interval = (estimates[name].lo, estimates[name].hi)
+    elif samples.runs:
+        entry.uncertainty = samples.reason
+    return entry
+
+
 def _intervals(entries: list[Entry], names: list[str], samples: CellSamples,
                estimates: dict[str, Estimate] | None) -> None:
     """Each entry's 95% interval from the cell's per-problem outcomes, or why it has none."""
@@ -213,7 +230,9 @@ def seeds_table(ctx: Context) -> Table:
                                      & (per_seed["method"] == method) & (per_seed["seed"] == seed)]
                     if len(match):
                         published[seed] = float(match["value"].iloc[0])
-                    entries.append(Entry(v, published.get(seed)))
+                    entries.append(_with_interval(
+                        Entry(v, published.get(seed)), ctx, method, p, agent, "seeds", protocol,
+                        "math500", seed=seed))
                     values.append(v)
                 row = summary[(summary["pair"] == p.name) & (summary["model"] == agent)
                               & (summary["method"] == method)]
@@ -289,6 +308,10 @@ def alpha_table(ctx: Context) -> Table:
                 v = ctx.value("hacpo", p, agent, metric, "alpha", **{"algo.alpha": a})
                 match = ref[(ref["pair"] == p.name) & (ref["model"] == agent)
                             & (ref["alpha"] == a)]
-                entries.append(Entry(v, float(match["value"].iloc[0]) if len(match) else None))
+                entries.append(_with_interval(
+                    Entry(v, float(match["value"].iloc[0]) if len(match) else None), ctx,
+                    "hacpo", p, agent, "alpha", protocol, "math500", **{"algo.alpha": a}))
             table.add(p.name, agent, entries)
+    table.notes.append("Each cell: ours with its 95% interval over the benchmark's problems "
+                       "(and seeds, when several), then the paper's value.")
     return table

@@ -237,3 +237,17 @@ def test_dynamics_and_training_curves_band_over_seeds_from_zero(world):
 
 def test_a_round_top_just_above_the_data():
     assert [nice_top(h) for h in (0.58, 0.93, 31.0, 0.0)] == [0.6, 0.95, 35.0, 1.0]
+
+
+def test_alpha_table_cells_carry_the_same_intervals(world):
+    from analysis.tables_accuracy import alpha_table
+
+    ctx, w = world
+    table = alpha_table(ctx)
+    rows = {r: es for _, r, es in table.rows}
+    for agent in SIZE.agents:
+        zero, one = rows[agent][:2]  # alpha 0 (outcomes logged), alpha 1 (an old run)
+        cell = [c for c in w.cells if c.id == "alpha0"]
+        want = cell_estimates(w.cell_scores(cell, agent))["tiny_math500"]
+        assert zero.interval == pytest.approx((want.lo, want.hi), abs=1e-12)
+        assert one.interval is None and "no samples" in one.ours_text()
