@@ -66,11 +66,17 @@ def _paper_side(table: Table, pairs: list[Pair], better: str, worse: str) -> str
             "samples: not tested)")
 
 
-def _judged(claim: Claim, verdict: ClaimVerdict, reasons: dict[str, str]) -> Claim:
+def _judged(claim: Claim, verdict: ClaimVerdict, reasons: dict[str, str],
+            seeds: list[int] | None = None) -> Claim:
     claim.verdict = verdict.verdict
     m = sum(c.verdict != NOT_TESTABLE for c in verdict.comparisons)
     claim.method = (f"paired over seeds and problems; Holm over {m} comparison"
                     f"{'s' if m != 1 else ''}, alpha {verdict.alpha:g}") if m else ""
+    if m and seeds and min(seeds) == 1:
+        # one run per method: the test sees the problems' sampling, not how much another seed
+        # would move the result, so it speaks about these runs rather than the methods
+        claim.method += ("; one seed: the test covers problem sampling only, not seed-to-seed "
+                         "variation (more seeds: scale.seeds or the sweep's seed axis)")
     claim.details = [c.text() if c.verdict != NOT_TESTABLE else
                      f"{c.label}: {NOT_TESTABLE} ({reasons.get(c.label, c.reason)})"
                      for c in verdict.comparisons]
@@ -96,6 +102,7 @@ def compare(ctx: Context, claim: Claim, table: Table, sweep: str, better: str,
     pairs = ctx.pairs_of(sweep)
     comparisons: list[tuple[str, Difference | None]] = []
     reasons: dict[str, str] = {}
+    seeds: list[int] = []
     for p in pairs:
         for agent in p.agents:
             label = f"{p.name} / {agent}: {_label(better)} − {_label(worse)}"
@@ -105,7 +112,9 @@ def compare(ctx: Context, claim: Claim, table: Table, sweep: str, better: str,
             comparisons.append((label, diff[AVG] if diff else None))
             if diff is None:
                 reasons[label] = _untested(ctx, table, p, agent, a, b, better, worse)
-    claim = _judged(claim, judge(claim.text, comparisons, alpha=ALPHA), reasons)
+            else:
+                seeds.append(diff[AVG].n_seeds)
+    claim = _judged(claim, judge(claim.text, comparisons, alpha=ALPHA), reasons, seeds)
     claim.paper_verdict = _paper_side(table, pairs, better, worse)
     return claim
 
@@ -132,7 +141,7 @@ def average_gain(ctx: Context, table: Table, sweep: str, better: str, worse: str
     label = f"mean over {len(cells)} agents, seeds {common}" if diff else "mean over agents"
     reasons = {label: "no samples for every agent" if cells else "runs missing"}
     claim = _judged(claim, judge(claim.text, [(label, diff[AVG] if diff else None)],
-                                 alpha=ALPHA), reasons)
+                                 alpha=ALPHA), reasons, [len(common)] if diff else None)
     paper_gains = []
     for p in ctx.pairs_of(sweep):
         for agent in p.agents:

@@ -200,3 +200,13 @@ def test_fed_the_papers_numbers_the_table_reprints_them_without_inventing_interv
     above = claims["HACPO is above GSPOx2 (AVG) for every agent of every Table-1 pair"]
     assert above.verdict == "not testable (runs missing)"
     assert all("no samples" in d for d in above.details)
+
+
+def test_a_one_seed_comparison_says_it_covers_problem_sampling_only(world: Context) -> None:
+    one_seed = Context(world.store, [c for c in world.cells if c.seed == 0], "tiny", world.grids)
+    table = benchmark_table(one_seed, "table1", "Table 1", "table1", "table1_main")
+    claims = {c.text: c for c in check({"table1": table}, one_seed)}
+    above = claims["HACPO is above GSPOx2 (AVG) for every agent of every Table-1 pair"]
+    assert "one seed: the test covers problem sampling only" in above.method
+    three = {c.text: c for c in check({"table1": table}, world)}
+    assert "one seed" not in three[above.text].method
