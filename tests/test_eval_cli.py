@@ -96,6 +96,42 @@ def test_protocols_with_the_same_settings_share_one_evaluation(job_env, new_outp
     assert run.data.tags["hacrl.eval.ablation.key"] == run.data.tags["hacrl.eval.main.key"]
 
 
+def test_a_protocol_logged_earlier_with_the_same_key_is_copied_not_evaluated_again(
+        job_env, new_output_root, capsys, monkeypatch):
+    """A sweep cell done for `main` and later asked for `ablation` (the same settings at tiny
+    scale): the scores and the outcomes table are copied from the run, lm-eval does not run."""
+    import pyarrow.parquet as pq
+
+    from hacrl.evaluation import runner
+
+    root = new_output_root()
+    common = ["eval", "--model", "qwen3-1.7b-base", f"output_root={root}",
+              "eval.benchmarks=[tiny_gsm8k,tiny_aime2025]", "eval.protocols.main.limit=20",
+              "eval.protocols.ablation.limit=20"]
+    assert main([*common, "eval.use=[main]"]) == 0
+    capsys.readouterr()
+
+    def no_second_evaluation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("lm-eval ran again for a protocol with a logged key")
+
+    monkeypatch.setattr(runner, "run_lm_eval", no_second_evaluation)
+    assert main([*common, "eval.use=[main,ablation]"]) == 0
+    out = capsys.readouterr().out
+    assert "protocol main" in out and "already logged" in out
+    assert "protocol ablation" in out and "same settings as main, scores copied" in out
+    client = _client(root)
+    (run,) = _runs(client)
+    m = run.data.metrics
+    for key in ("tiny_gsm8k/acc", "tiny_aime2025/avg_at_16", "tiny_aime2025/pass_at_16",
+                "avg/acc"):
+        assert m[f"eval/ablation/{key}"] == m[f"eval/main/{key}"], key
+    tables = [pq.read_table(client.download_artifacts(run.info.run_id,
+                                                       f"eval/{p}/outcomes.parquet",
+                                                       str(root / f"dl-{p}"))) for p in
+              ("main", "ablation")]
+    assert tables[0].equals(tables[1]) and tables[0].num_rows == 20 + 20 * 16
+
+
 def test_eval_agent_run_and_its_checkpoint(job_env, new_output_root, tiny_job, capsys):
     root = new_output_root()
     spec = validate(compose([*tiny_job, f"output_root={root}", "eval.at_end=false",

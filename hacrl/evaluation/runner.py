@@ -16,6 +16,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -83,11 +84,68 @@ def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id
             results.append(EvalResult(run_id, protocol, flat_metrics(protocol, copied),
                                       shared_with=first.protocol.name))
             continue
+        earlier = None if force else logged_with_same_key(tracker, run_id, protocol, benchmarks)
+        if earlier is not None:
+            # logged before under another name with the same settings (a sweep cell done for
+            # `main` and now asked for `ablation`): the same scores, not a second evaluation
+            name, outcome = earlier
+            _log(cfg, tracker, run_id, step, model_path, protocol, benchmarks, outcome, None)
+            results.append(EvalResult(run_id, protocol, flat_metrics(protocol, outcome),
+                                      shared_with=name))
+            done_by_key[protocol.key] = (results[-1], outcome)
+            continue
         result, outcome = _evaluate_one(cfg, model_path, tracker, run_id, step, protocol,
                                         benchmarks, limit)
         done_by_key[protocol.key] = (result, outcome)
         results.append(result)
     return results
+
+
+def logged_with_same_key(tracker: Tracker, run_id: str, protocol: Protocol,
+                         benchmarks: list[str]) -> tuple[str, EvalOutcome] | None:
+    """Another protocol's evaluation in this run with `protocol`'s key (so its settings and
+    data), covering `benchmarks` and with its outcomes table: (its name, the outcome to copy)."""
+    run = tracker.client.get_run(run_id)
+    tags, metrics = run.data.tags, run.data.metrics
+    for tag, key in tags.items():
+        name = tag.removeprefix("hacrl.eval.").removesuffix(".key")
+        if (not T.is_eval_tag(tag) or tag != T.eval_tag(name, "key") or key != protocol.key
+                or name == protocol.name):
+            continue
+        done = set(json.loads(tags.get(T.eval_tag(name, "benchmarks"), "[]")))
+        if not set(benchmarks) <= done:
+            continue
+        try:
+            scores = {b: {m: metrics[M.eval_metric(name, b, m)]
+                          for m in protocol.metric_names(b)} for b in benchmarks}
+            average = {m: metrics[M.eval_avg(name, m)] for m in ("acc", "exact_match")}
+        except KeyError:  # a metric is missing: evaluate rather than copy half of it
+            continue
+        outcomes = _logged_outcomes(tracker, run_id, name)
+        if outcomes is None:
+            continue
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        picked = outcomes.filter(pc.is_in(outcomes["benchmark"], value_set=pa.array(benchmarks)))
+        return name, EvalOutcome(scores, average, seconds=0.0,
+                                 lm_eval_version=tags.get(T.eval_tag(name, "lm_eval"), ""),
+                                 outcomes=picked)
+    return None
+
+
+def _logged_outcomes(tracker: Tracker, run_id: str, protocol: str) -> Any:
+    """The outcomes table the run logged for `protocol` (a pyarrow Table), or None."""
+    import pyarrow.parquet as pq
+
+    folder = A.folder(protocol)
+    listed = {f.path for f in tracker.client.list_artifacts(run_id, folder)}
+    if A.outcomes(protocol) not in listed:
+        return None
+    with tempfile.TemporaryDirectory(prefix="hacrl-outcomes-") as tmp:
+        path = tracker.client.download_artifacts(run_id, A.outcomes(protocol), tmp)
+        return pq.read_table(path)
+
 
 
 def _evaluate_one(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: str, step: int,
