@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -184,15 +183,16 @@ def _zoo(args: argparse.Namespace) -> int:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from hacrl.mlflow_store import resolve_uri
+    from hacrl.cli.ui import parse_overrides, serve
 
-    uri = resolve_uri(args.uri, Path(args.outputs).resolve())
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-           "MLFLOW_DISABLE_TELEMETRY": "true"}
-    print(f"MLflow UI for {uri} at http://127.0.0.1:{args.port}", file=sys.stderr)
-    return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-                            "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"],
-                           env=env)
+    try:
+        settings = parse_overrides(args.overrides)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
+    output_root = settings.get("output_root") or args.outputs or os.environ.get(
+        "HACRL_OUTPUTS", "outputs")
+    return serve(args.uri, output_root, args.port)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -312,8 +312,11 @@ def _add_zoo_parser(sub: Any) -> None:
 
 
 def _add_ui_parser(sub: Any) -> None:
-    ui = sub.add_parser("ui", help="serve the MLflow UI for the store on 127.0.0.1")
-    ui.add_argument("--outputs", default=os.environ.get("HACRL_OUTPUTS", "outputs"))
+    ui = sub.add_parser("ui", help="serve the MLflow UI for the store on 127.0.0.1 (stops "
+                        "with Ctrl-C, SIGTERM or its parent): hacrl ui [output_root=PATH]")
+    ui.add_argument("overrides", nargs="*", help="output_root=PATH (default: outputs, or "
+                    "$HACRL_OUTPUTS), as for every other command")
+    ui.add_argument("--outputs", default=None, help=argparse.SUPPRESS)  # the old spelling
     ui.add_argument("--uri", default=None, help="tracking URI (default: the job store)")
     ui.add_argument("--port", type=int, default=5000)
 

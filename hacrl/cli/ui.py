@@ -1,0 +1,83 @@
+"""`hacrl ui [output_root=PATH] [--uri URI] [--port N]`: the MLflow UI of a store, on 127.0.0.1.
+
+The server is `mlflow ui` in a process group of its own, and it ends with `hacrl ui`: Ctrl-C or a
+SIGTERM to `hacrl ui` stops the whole group (the server and any worker it started), and if
+`hacrl ui` is killed outright the kernel sends the server SIGTERM (Linux's parent-death signal).
+A UI left running would keep the port and hold the store open after its terminal is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+STOP_GRACE_S = 10.0  # the server's time to shut down before the group is killed
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, str]:
+    """`output_root=PATH` as every other command takes it; anything else is a ValueError."""
+    out: dict[str, str] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or key != "output_root" or not value:
+            raise ValueError(f"hacrl ui: {item!r}: the only setting is output_root=PATH "
+                             "(and --uri, --port)")
+        out[key] = value
+    return out
+
+
+def _term_with_parent() -> None:
+    """In the server process before exec: SIGTERM when the parent dies (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM the server's group, then SIGKILL what is left after the grace period."""
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
+def serve(uri: str | None, output_root: str, port: int) -> int:
+    from hacrl.mlflow_store import resolve_uri
+
+    store = resolve_uri(uri, Path(output_root).resolve())
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+           "MLFLOW_DISABLE_TELEMETRY": "true"}
+    print(f"MLflow UI for {store} at http://127.0.0.1:{port} (Ctrl-C stops it)", file=sys.stderr)
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store,
+                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            env=env, start_new_session=True, preexec_fn=_term_with_parent)
+    stopping: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        _stop(proc)
+        return 128 + (stopping[0] if stopping else signal.SIGINT)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:
+            _stop(proc)

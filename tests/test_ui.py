@@ -1,0 +1,72 @@
+"""`hacrl ui`: takes output_root= like every command, serves the store's UI, and its MLflow server
+(the whole process group) stops with it, on SIGTERM and when `hacrl ui` is killed outright."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, list[psutil.Process]]:
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    ui = subprocess.Popen([sys.executable, "-m", "hacrl.cli", "ui",
+                           f"output_root={tmp_path / 'out'}", "--port", str(port)],
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    while not _answers(port):
+        assert ui.poll() is None, ui.stderr.read().decode() if ui.stderr else ""
+        assert time.monotonic() < deadline, "the UI never answered"
+        time.sleep(0.5)
+    server = psutil.Process(ui.pid).children(recursive=True)
+    assert server  # mlflow ui and whatever it started
+    return ui, port, server
+
+
+def _gone(processes: list[psutil.Process], timeout: float = 30) -> bool:
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    return not alive
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_the_server_stops_with_hacrl_ui(tmp_path: Path, how: str) -> None:
+    ui, port, server = _start(tmp_path)
+    assert (tmp_path / "out" / "mlflow.db").exists()  # output_root= chose the store
+    if how == "sigterm":
+        ui.send_signal(signal.SIGTERM)
+        assert ui.wait(30) == 128 + signal.SIGTERM
+    else:  # killed outright: the kernel's parent-death signal stops the server
+        ui.kill()
+        ui.wait(30)
+    assert _gone(server), [p.pid for p in server if p.is_running()]
+    assert not _answers(port)
+
+
+def test_a_setting_other_than_output_root_is_one_line(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "hacrl.cli", "ui", "colour=red"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "output_root=PATH" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
