@@ -221,19 +221,34 @@ def _engine_check(cfg: DictConfig) -> None:
                               + (" or auto" if key == "forward_rows" else ""))
 
 
+def _number(cfg: DictConfig, key: str, kind: type = float) -> Any:
+    """`key`'s value as a `kind` (float or int), or one ConfigError naming the key and value."""
+    value = _get(cfg, key)
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and (kind is float or isinstance(value, int)))
+    if not ok:
+        example = "an integer, e.g. 5" if kind is int else "a number, e.g. 0.5 or 1e-4"
+        raise ConfigError(f"{key}={value}: must be {example}")
+    return kind(value)
+
+
 def _hyperparameter_check(cfg: DictConfig) -> None:
-    """The algorithm's numbers and choices (algo.*), rollout.overflow and train.lr, in range."""
-    alpha = float(_get(cfg, "algo.alpha"))
+    """The algorithm's numbers and choices (algo.*), rollout.overflow, train.lr and the seed:
+    of their type and in range."""
+    seed = _get(cfg, "seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed={seed}: must be an integer >= 0")
+    alpha = _number(cfg, "algo.alpha")
     if alpha < 0:
         raise ConfigError(f"algo.alpha={alpha}: must be >= 0 (exponential importance sampling exponent)")
-    lower = float(_get(cfg, "algo.cross_clip_lower"))
+    lower = _number(cfg, "algo.cross_clip_lower")
     if not 0.0 < lower <= 1.0:
         raise ConfigError(f"algo.cross_clip_lower={lower}: must be in (0, 1]")
-    if float(_get(cfg, "algo.delta_step")) < 0:
+    if _number(cfg, "algo.delta_step") < 0:
         raise ConfigError(f"algo.delta_step={cfg.algo.delta_step}: must be >= 0")
-    if int(_get(cfg, "algo.capability_window")) < 1:
+    if _number(cfg, "algo.capability_window", int) < 1:
         raise ConfigError(f"algo.capability_window={cfg.algo.capability_window}: K must be >= 1")
-    if float(_get(cfg, "algo.capability_floor")) <= 0:
+    if _number(cfg, "algo.capability_floor") <= 0:
         raise ConfigError(f"algo.capability_floor={cfg.algo.capability_floor}: must be > 0")
     clamp = _get(cfg, "algo.omega_clamp")
     if clamp is not None and (len(clamp) != 2 or not 0 < clamp[0] <= clamp[1]):
@@ -242,9 +257,9 @@ def _hyperparameter_check(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.sample_order={cfg.algo.sample_order}: use mixed or own_first")
     if _get(cfg, "rollout.overflow") not in ("truncate", "error"):
         raise ConfigError(f"rollout.overflow={cfg.rollout.overflow}: use truncate or error")
-    if float(_get(cfg, "algo.kl_coef")) < 0:
+    if _number(cfg, "algo.kl_coef") < 0:
         raise ConfigError(f"algo.kl_coef={cfg.algo.kl_coef}: must be >= 0")
-    if float(_get(cfg, "train.lr")) <= 0:
+    if _number(cfg, "train.lr") <= 0:
         raise ConfigError(f"train.lr={cfg.train.lr}: must be > 0")
 
 
