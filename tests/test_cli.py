@@ -16,3 +16,11 @@ def test_zoo_build_unknown_model_is_one_line(tmp_path: Path) -> None:
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "nosuchmodel" in lines[0] and "qwen3-4b-base" in lines[0]
     assert not (tmp_path / "zoo").exists()
+
+
+def test_version_is_the_package_version() -> None:
+    from hacrl import __version__
+
+    out = subprocess.run([sys.executable, "-m", "hacrl.cli", "--version"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"hacrl {__version__}"

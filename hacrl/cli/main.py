@@ -248,7 +248,10 @@ def _parser() -> argparse.ArgumentParser:
     from hacrl.cli.analysis_commands import add_parsers as add_analysis_parsers
     from hacrl.cli.data import add_parser as add_data_parser
 
+    from hacrl import __version__
+
     parser = argparse.ArgumentParser(prog="hacrl", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"hacrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(sub)
     _add_eval_parser(sub)
