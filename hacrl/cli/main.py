@@ -245,10 +245,9 @@ def _main(argv: list[str] | None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     """The `hacrl` parser: one subcommand each, in the order `hacrl --help` lists them."""
+    from hacrl import __version__
     from hacrl.cli.analysis_commands import add_parsers as add_analysis_parsers
     from hacrl.cli.data import add_parser as add_data_parser
-
-    from hacrl import __version__
 
     parser = argparse.ArgumentParser(prog="hacrl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"hacrl {__version__}")
