@@ -66,7 +66,7 @@ about 93% when the seed effect dominates the problems (2 df cannot pin it down).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -254,6 +254,18 @@ def _point(cell: Cell, name: str) -> float:
     return float(_per_seed_avg(cell).mean()) if name == AVG else float(np.mean(cell[name]))
 
 
+def _t_rows(cell: Cell, reps: dict[str, np.ndarray],
+            level: float) -> Iterator[tuple[str, float, float, float, float, Components, int]]:
+    """Per benchmark and AVG of `cell`: (name, estimate, SE, lo, hi, components, problems),
+    the SE bootstrapped when `reps` has replicates (else analytic), the interval t(df)."""
+    sizes = {name: np.shape(y)[1] for name, y in cell.items()}
+    for name, comp in components(cell).items():
+        est = _point(cell, name)
+        se = float(reps[name].std(ddof=1)) if reps else comp.se
+        lo, hi = _t_interval(est, se, comp.df, level)
+        yield name, est, se, lo, hi, comp, sizes.get(name, sum(sizes.values()))
+
+
 def cell_estimates(cell: Cell, *, n_boot: int = N_BOOT, seed: int = 0,
                    level: float = 0.95) -> dict[str, Estimate]:
     """Every benchmark's accuracy, AVG and IQM of one cell, with bootstrap SE and interval.
@@ -267,13 +279,8 @@ def cell_estimates(cell: Cell, *, n_boot: int = N_BOOT, seed: int = 0,
     n_seeds = check_cell(cell)
     reps = _bootstrap([cell], n_boot, seed)[0] if n_boot else {}
     sizes = {name: np.shape(y)[1] for name, y in cell.items()}
-    out = {}
-    for name, comp in components(cell).items():
-        est = _point(cell, name)
-        se = float(reps[name].std(ddof=1)) if reps else comp.se
-        lo, hi = _t_interval(est, se, comp.df, level)
-        out[name] = Estimate(name, est, se, lo, hi, comp.df, comp.se, n_seeds,
-                             sizes.get(name, sum(sizes.values())))
+    out = {name: Estimate(name, est, se, lo, hi, comp.df, comp.se, n_seeds, problems)
+           for name, est, se, lo, hi, comp, problems in _t_rows(cell, reps, level)}
     if reps:
         iqm_reps = _iqm(np.stack([reps[n] for n in cell], axis=1))
         lo, hi = np.quantile(iqm_reps, [0.5 - level / 2, 0.5 + level / 2])
@@ -349,14 +356,10 @@ def paired_difference(a: Cell, b: Cell, *, n_boot: int = N_BOOT, seed: int = 0,
     n_seeds = check_cell(d, signed=True)
     reps_a, reps_b, reps_d = _bootstrap([a, b, d], n_boot, seed) if n_boot else ({}, {}, {})
     sizes = {name: np.shape(y)[1] for name, y in d.items()}
-    out = {}
-    for name, comp in components(d).items():
-        est = _point(d, name)
-        se = float(reps_d[name].std(ddof=1)) if reps_d else comp.se
-        lo, hi = _t_interval(est, se, comp.df, level)
-        out[name] = Difference(name, est, se, lo, hi, comp.df, _p_value(est, se, comp.df),
-                               _improvement(reps_d[name]) if reps_d else None, comp.se,
-                               n_seeds, sizes.get(name, sum(sizes.values())), alpha, power)
+    out = {name: Difference(name, est, se, lo, hi, comp.df, _p_value(est, se, comp.df),
+                            _improvement(reps_d[name]) if reps_d else None, comp.se, n_seeds,
+                            problems, alpha, power)
+           for name, est, se, lo, hi, comp, problems in _t_rows(d, reps_d, level)}
     if reps_d:
         iqm_reps = (_iqm(np.stack([reps_a[n] for n in d], axis=1))
                     - _iqm(np.stack([reps_b[n] for n in d], axis=1)))

@@ -155,12 +155,7 @@ def _with_interval(entry: Entry, ctx: Context, method: str, p: Pair, agent: str,
         return entry
     evidence = evidence_of(ctx)
     samples = evidence.cell(method, p, agent, sweep, protocol, **params)
-    estimates = evidence.estimates(samples)
-    name = ctx.logged_benchmark(benchmark)
-    if estimates is not None and name in estimates:
-        entry.interval = (estimates[name].lo, estimates[name].hi)
-    elif samples.runs:
-        entry.uncertainty = samples.reason
+    _intervals([entry], [ctx.logged_benchmark(benchmark)], samples, evidence.estimates(samples))
     return entry
 
 

@@ -76,11 +76,9 @@ def world(tmp_path: Path) -> Context:
             "model": agent, "scale": "tiny", "seed": str(seed)})
         tracker.log_metrics(run_id, metrics, 25)
         if outcomes:
-            path = tmp_path / f"{run_id}.parquet"
-            pq.write_table(table, path)
             folder = tmp_path / run_id
             folder.mkdir()
-            (folder / A.OUTCOMES_FILE).write_bytes(path.read_bytes())
+            pq.write_table(table, folder / A.OUTCOMES_FILE)
             tracker.log_artifact(run_id, folder / A.OUTCOMES_FILE, A.folder("main"))
         tracker.finish(run_id)
 

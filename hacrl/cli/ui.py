@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from hacrl.sweep.warm import term_with_parent
+
 STOP_GRACE_S = 10.0  # the server's time to shut down before the group is killed
 
 
@@ -28,16 +30,6 @@ def parse_overrides(overrides: list[str]) -> dict[str, str]:
                              "(and --uri, --port)")
         out[key] = value
     return out
-
-
-def _term_with_parent() -> None:
-    """In the server process before exec: SIGTERM when the parent dies (Linux only)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int:
@@ -63,7 +55,7 @@ def serve(uri: str | None, output_root: str, port: int) -> int:
     print(f"MLflow UI for {store} at http://127.0.0.1:{port} (Ctrl-C stops it)", file=sys.stderr)
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store,
                              "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            env=env, start_new_session=True, preexec_fn=_term_with_parent)
+                            env=env, start_new_session=True, preexec_fn=term_with_parent)
     stopping: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

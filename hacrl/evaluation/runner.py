@@ -57,7 +57,7 @@ def already_logged(tracker: Tracker, run_id: str, protocol: Protocol, benchmarks
 
 
 def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: str, step: int,
-                      force: bool = False, limit: int | None = None) -> list[EvalResult]:
+                      force: bool = False) -> list[EvalResult]:
     """Evaluate `model_path` under every protocol of `eval.use` and log into `run_id`.
 
     A protocol already logged with the same key is skipped unless `force`. Protocols with the
@@ -95,7 +95,7 @@ def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id
             done_by_key[protocol.key] = (results[-1], outcome)
             continue
         result, outcome = _evaluate_one(cfg, model_path, tracker, run_id, step, protocol,
-                                        benchmarks, limit)
+                                        benchmarks)
         done_by_key[protocol.key] = (result, outcome)
         results.append(result)
     return results
@@ -149,8 +149,7 @@ def _logged_outcomes(tracker: Tracker, run_id: str, protocol: str) -> Any:
 
 
 def _evaluate_one(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: str, step: int,
-                  protocol: Protocol, benchmarks: list[str], limit: int | None
-                  ) -> tuple[EvalResult, EvalOutcome]:
+                  protocol: Protocol, benchmarks: list[str]) -> tuple[EvalResult, EvalOutcome]:
     files = data_files(cfg, benchmarks)
     backend = Backend.from_config(cfg.eval, device=str(cfg.engine.get("device", "cpu")))
     # the task's utils read these (they also serve users of the lm_eval CLI)
@@ -159,7 +158,7 @@ def _evaluate_one(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: st
     with tempfile.TemporaryDirectory(prefix="hacrl-eval-") as tmp:
         work = Path(tmp)
         outcome = run_lm_eval(model_path, benchmarks, files, protocol, backend, work,
-                              seed=int(cfg.seed), limit=limit)
+                              seed=int(cfg.seed))
         _log(cfg, tracker, run_id, step, model_path, protocol, benchmarks, outcome, work,
              backend, files)
     result = EvalResult(run_id, protocol, flat_metrics(protocol, outcome), seconds=outcome.seconds)

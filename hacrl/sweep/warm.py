@@ -113,6 +113,12 @@ def _die_with_parent() -> None:
         except OSError:
             pass
         forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    term_with_parent()
+
+
+def term_with_parent() -> None:
+    """Have the kernel SIGTERM this process when its parent exits (Linux's parent-death
+    signal; elsewhere nothing)."""
     try:
         import ctypes
 
