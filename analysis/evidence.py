@@ -85,8 +85,12 @@ class Evidence:
         if got.missing:
             return CellSamples(runs, reason=f"no samples ({len(got.missing)} of {len(runs)} "
                                "runs logged no per-problem outcomes)")
+        # the benchmarks every seed's run has: a sweep that reads one benchmark evaluates its
+        # own seeds on that one alone, next to seeds shared with a table that reads them all
+        per_run = got.table.groupby("run_id")["benchmark"].unique()
+        common = sorted(set.intersection(*(set(per_run.get(runs[s], [])) for s in seeds)))
         try:
-            scores = aligned_problem_means(got.table, [runs[s] for s in seeds])
+            scores = aligned_problem_means(got.table, [runs[s] for s in seeds], common)
         except OutcomesError as err:  # e.g. seeds evaluated on different benchmark versions
             return CellSamples(runs, reason=f"no samples ({err})")
         return CellSamples(runs, scores)
@@ -96,6 +100,9 @@ class Evidence:
         cells = [c for c in self._cells.values() if c.scores is not None]
         if not cells:
             return None
+        # AVG is over every benchmark: cells evaluated on fewer (MATH-500 alone) are left out
+        full = max(len(c.scores or {}) for c in cells)
+        cells = [c for c in cells if len(c.scores or {}) == full]
         runs, means = [], []
         for cell in cells:
             assert cell.scores is not None

@@ -287,11 +287,12 @@ def _validation_check(cfg: DictConfig) -> None:
 
 
 def _eval_check(cfg: DictConfig) -> None:
-    from hacrl.evaluation.protocol import TASK_DIR, Protocol, task_name
+    from hacrl.evaluation.protocol import TASK_DIR, Protocol, evaluated_benchmarks, task_name
 
     if not _get(cfg, "eval.at_end"):
         return
     Protocol.in_use(_get(cfg, "eval"))
+    evaluated_benchmarks(_get(cfg, "eval"))
     if _get(cfg, "eval.backend") not in ("hf", "vllm"):
         raise ConfigError(f"eval.backend={cfg.eval.backend}: use hf (CPU, one GPU) or vllm (GPUs)")
     for bench in _get(cfg, "eval.benchmarks"):

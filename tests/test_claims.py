@@ -130,6 +130,48 @@ def test_table1_cells_carry_intervals_and_paired_differences(world: Context) -> 
     assert "Precision (points): the SE of one run's AVG over its problems is" in table.notes[-1]
 
 
+def test_seeds_evaluated_on_math500_alone_keep_their_interval_and_stay_out_of_avg_precision(
+        world: Context, tmp_path: Path) -> None:
+    """A sweep reading MATH-500 alone (Table 6) evaluates its own seeds on it alone (eval.only);
+    its cells read that benchmark from every seed, and AVG's precision ignores them."""
+    from analysis.evidence import evidence_of
+    from analysis.tables_accuracy import seeds_table
+
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "hacrl")
+    rng = np.random.default_rng(11)
+    cells = list(world.cells)
+    for cell in cells:
+        if cell.method == "hacpo":
+            cell.sweeps.append("seeds")
+    for seed in (1337, 3407):
+        cell = _cell(f"hacpo{seed}", "hacpo", list(SIZE.agents), seed)
+        cell.sweeps = ["seeds"]
+        cells.append(cell)
+        for agent in SIZE.agents:
+            table, means = _outcomes(rng, {"tiny_math500": rng.beta(0.6, 0.6, PROBLEMS)}, 0, 0)
+            run_id = tracker.start_run(f"hacpo:{agent}", {
+                "hacrl.kind": "agent", "config_hash": cell.id, "method": "hacpo",
+                "model": agent, "scale": "tiny", "seed": str(seed)})
+            tracker.log_metrics(run_id, {"eval/main/tiny_math500/acc": means["tiny_math500"],
+                                         "eval/main/avg/acc": means["tiny_math500"]}, 25)
+            pq.write_table(table, tmp_path / A.OUTCOMES_FILE)
+            tracker.log_artifact(run_id, tmp_path / A.OUTCOMES_FILE, A.folder("main"))
+            tracker.finish(run_id)
+    grids = dict(world.grids or {})
+    grids["seeds"] = [{"pair": ["size"], "method": ["hacpo"], "seed": [0, 1, 42, 1337, 3407],
+                       "protocol": ["main"], "benchmarks": ["math500"]}]
+    ctx = Context(open_store(tracker.uri), cells, "tiny", grids)  # a store that sees them
+    table6 = seeds_table(ctx)
+    (row,) = [es for _, r, es in table6.rows if r == f"{SMALL} · HACPO"]
+    assert all(e.interval is not None for e in row[:5]), [e.ours_text() for e in row]  # every seed
+    evidence = evidence_of(ctx)
+    five = evidence.cell("hacpo", SIZE, SMALL, "seeds", "main")
+    assert five.seeds == [0, 1, 42, 1337, 3407] and five.scores is not None
+    assert list(five.scores) == ["tiny_math500"] and five.scores["tiny_math500"].shape == (5, 300)
+    table1 = benchmark_table(ctx, "table1", "Table 1", "table1", "table1_main")
+    assert "with 2100 problems over 7 benchmarks" in table1.notes[-1]
+
+
 def test_claims_are_verdicts_with_intervals_and_the_correction(world: Context) -> None:
     table = benchmark_table(world, "table1", "Table 1", "table1", "table1_main")
     claims = {c.text: c for c in check({"table1": table}, world)}

@@ -86,6 +86,8 @@ INVALID = [
     ("window_not_an_integer", ["algo.capability_window=2.5"], None,
      "algo.capability_window=2.5"),
     ("eval_limit", ["eval.protocols.main.limit=0"], None, "eval.protocols.main.limit=0"),
+    ("eval_only_unknown", ["eval.only=[mmlu]"], None, "eval.only: mmlu is not one of"),
+    ("eval_only_empty", ["eval.only=[]"], None, "eval.only=[]: a non-empty list"),
     ("missing_model", [], "empty", "agents[0]=qwen3-1.7b-base"),
     ("no_tokenizer", [], "no_tokenizer", "agents[1]=qwen3-4b-base"),
 ]

@@ -118,7 +118,7 @@ def test_materialized_tasks_load_in_lm_eval(tmp_path: Path) -> None:
     flat = loaded["tasks"]
     assert set(flat) == {"hacrl_tiny_gsm8k", "hacrl_tiny_aime2025"}
     assert loaded["group_map"][SUITE] == ["hacrl_tiny_gsm8k", "hacrl_tiny_aime2025"]
-    assert flat["hacrl_tiny_aime2025"].config.repeats == 16
+    assert flat["hacrl_tiny_aime2025"].config.repeats == 4  # scale.eval_samples at tiny
     assert len(flat["hacrl_tiny_gsm8k"].test_docs()) == 900
 
 

@@ -115,11 +115,11 @@ def test_run_job_end_to_end(job_env, tmp_path, tiny_job, monkeypatch):
         assert summary["teams"][0]["final"][name]["eval/main/avg/acc"] == pytest.approx(
             final["avg"][0][1])
         # the evaluation ran through lm-eval with the recorded protocol, every response logged
-        assert [s for s, _ in _history(client, run.info.run_id, "eval/main/tiny_aime2025/pass_at_16")
+        assert [s for s, _ in _history(client, run.info.run_id, "eval/main/tiny_aime2025/pass_at_4")
                 ] == [2]
         assert run.data.tags["hacrl.eval.main.key"] and run.data.tags["hacrl.eval.main.backend"] == "hf"
         assert json.loads(run.data.tags["hacrl.eval.main.protocol"])["sampled"]["aime2025"][
-            "samples"] == 16
+            "samples"] == 4  # scale.eval_samples
         samples = {a.path for a in client.list_artifacts(run.info.run_id, "eval/main/samples")}
         assert samples == {"eval/main/samples/tiny_gsm8k.jsonl.gz",
                            "eval/main/samples/tiny_aime2025.jsonl.gz"}

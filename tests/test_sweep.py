@@ -53,6 +53,26 @@ def test_union_trains_shared_cells_once_and_evaluates_each_protocol(tmp_path: Pa
     shared = cells[("gspo", ("qwen3-4b-base",), 0)]
     assert shared.sweeps == ["table1", "seeds"] and shared.protocols == ["main", "ablation"]
     assert cells[("hacpo", ("qwen3-1.7b-base", "qwen3-4b-base"), 1337)].protocols == ["ablation"]
+    # Table 6 reads MATH-500 alone: a seeds-only cell evaluates it alone, a shared one all seven
+    assert len(shared.benchmarks) == 7 and "eval.only=[" + ",".join(shared.benchmarks) + "]" \
+        in shared.job_overrides()
+    only = cells[("hacpo", ("qwen3-1.7b-base", "qwen3-4b-base"), 1337)]
+    assert only.benchmarks == ["tiny_math500"] and "eval.only=[tiny_math500]" in only.job_overrides()
+    assert compose(only.job_overrides()).eval.only == ["tiny_math500"]
+
+
+def test_a_grid_benchmarks_key_names_paper_benchmarks(tmp_path: Path) -> None:
+    for value, ok in (("[math500, gsm8k]", True), ("[mmlu]", False), ("[]", False),
+                      ("math500", False)):
+        (tmp_path / "b.yaml").write_text(
+            "hydra:\n  sweeper:\n    name: b\n    grids:\n      - pair: size\n"
+            f"        method: hacpo\n        benchmarks: {value}\n")
+        if ok:
+            (cell,) = expand("b", compose, dirs=(tmp_path, SWEEP_DIR)).cells
+            assert cell.benchmarks == ["tiny_math500", "tiny_gsm8k"]
+        else:
+            with pytest.raises(ConfigError, match=r"sweeps/b.yaml: benchmarks=.*non-empty list"):
+                expand("b", compose, dirs=(tmp_path, SWEEP_DIR))
 
 
 def test_a_grid_axis_can_name_a_list_of_the_config(tmp_path: Path) -> None:
@@ -193,6 +213,42 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
                             env=cli_env(root), capture_output=True, text=True, timeout=120)
     assert status.returncode == 0, status.stderr
     assert "4 cells: 3 done, 1 failed" in status.stdout
+
+
+def test_a_cell_evaluated_on_fewer_benchmarks_is_evaluated_again_for_a_sweep_that_reads_all(
+        tmp_path, cli_env, hacrl_cmd, new_output_root, tiny_job, sweep_file):
+    configs = tmp_path / "configs" / "sweep"
+    sweep_file(configs, "one", "hacpo").write_text(
+        sweep_file(configs, "one", "hacpo").read_text() + "        benchmarks: [gsm8k]\n")
+    sweep_file(configs, "all", "hacpo")
+    root = new_output_root()
+
+    def sweep(name: str) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([*hacrl_cmd, "sweep", name, f"hydra.searchpath=[file://{configs.parent}]",
+                              f"output_root={root}", *tiny_job], env=cli_env(root),
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out
+
+    def agents() -> list:
+        return _runs(root, "tags.`hacrl.kind` = 'agent'")
+
+    sweep("one")
+    assert len(agents()) == 2
+    for run in agents():  # eval.only: GSM8K alone, its AIME2025 never evaluated
+        assert json.loads(run.data.tags["hacrl.eval.main.benchmarks"]) == ["tiny_gsm8k"]
+        assert "eval/main/tiny_gsm8k/acc" in run.data.metrics
+        assert not any("aime" in k for k in run.data.metrics)
+    assert "1 done already" in sweep("one").stderr
+    # a sweep reading every benchmark: the same cell, not trained again but evaluated on both
+    second = sweep("all")
+    assert "0 done already" in second.stderr
+    assert len(_runs(root, "tags.`hacrl.kind` = 'job'")) == 1
+    for run in agents():
+        assert json.loads(run.data.tags["hacrl.eval.main.benchmarks"]) == ["tiny_gsm8k",
+                                                                           "tiny_aime2025"]
+        assert "eval/main/tiny_aime2025/acc" in run.data.metrics
+    assert "1 done already" in sweep("one").stderr  # all of them covers GSM8K
 
 
 def test_status_of_a_sweep_never_started_says_how_to_start_it(tmp_path, cli_env, hacrl_cmd):

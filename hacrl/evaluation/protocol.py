@@ -39,6 +39,28 @@ def benchmark_data(cfg: Any) -> dict[str, str | None]:
     return out
 
 
+def evaluated_benchmarks(eval_cfg: Any) -> list[str]:
+    """The benchmarks an evaluation runs: `eval.only` (names as in `eval.benchmarks`, or their
+    paper names: `math500` picks `tiny_math500`) in `eval.benchmarks`' order; null: all of them.
+    A sweep whose tables read one benchmark (Table 6 and the alpha ablation read MATH-500)
+    evaluates only that one; the run's benchmarks tag says which were evaluated."""
+    from hacrl.errors import ConfigError
+
+    benchmarks = [str(b) for b in eval_cfg.benchmarks]
+    only = eval_cfg.get("only")
+    if only is None:
+        return benchmarks
+    if isinstance(only, str) or not hasattr(only, "__iter__") or not list(only):
+        raise ConfigError(f"eval.only={only!r}: a non-empty list of benchmarks, e.g. "
+                          "eval.only=[math500], or null for all of eval.benchmarks")
+    wanted = [str(b) for b in only]
+    unknown = [b for b in wanted if not any(b in (x, paper_benchmark(x)) for x in benchmarks)]
+    if unknown:
+        raise ConfigError(f"eval.only: {unknown[0]} is not one of eval.benchmarks "
+                          f"({', '.join(benchmarks)})")
+    return [b for b in benchmarks if b in wanted or paper_benchmark(b) in wanted]
+
+
 @dataclass(frozen=True)
 class Sampling:
     """k responses per problem; temperature 0 means greedy (k must then be 1)."""

@@ -21,7 +21,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hacrl.evaluation.lmeval import Backend, EvalOutcome, run_lm_eval, write_samples
-from hacrl.evaluation.protocol import Protocol, benchmark_data
+from hacrl.evaluation.protocol import Protocol, benchmark_data, evaluated_benchmarks
 from hacrl.layout import RunDir
 from hacrl.schema import eval_artifacts as A
 from hacrl.schema import metric_names as M
@@ -62,9 +62,10 @@ def evaluate_into_run(cfg: DictConfig, model_path: str, tracker: Tracker, run_id
 
     A protocol already logged with the same key is skipped unless `force`. Protocols with the
     same settings (same key; e.g. main and ablation at tiny scale) share one lm-eval run: the
-    scores are logged under each name.
+    scores are logged under each name. `eval.only` narrows the benchmarks (the protocol key
+    stays that of the whole set: the benchmarks tag says which were evaluated).
     """
-    benchmarks = [str(b) for b in cfg.eval.benchmarks]
+    benchmarks = evaluated_benchmarks(cfg.eval)
     results: list[EvalResult] = []
     done_by_key: dict[str, tuple[EvalResult, EvalOutcome]] = {}
     for protocol in Protocol.in_use(cfg.eval, data=benchmark_data(cfg)):

@@ -58,6 +58,8 @@ class CellRecord:
     run_dir: str = ""
     model_paths: dict[str, str] = field(default_factory=dict)    # agent -> model path or hub id
     protocol_keys: dict[str, str] = field(default_factory=dict)  # protocol -> settings hash
+    # benchmarks its evaluations cover (names as logged); [] (manifests before it): all of them
+    benchmarks: list[str] = field(default_factory=list)
     scale: str = ""
     # resolved settings a report needs even when the cell has no run yet
     params: dict[str, Any] = field(default_factory=dict)

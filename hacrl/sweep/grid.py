@@ -1,8 +1,10 @@
 """Sweep definitions -> distinct cells.
 
 A sweep (sweeps/<name>.yaml) lists grids: each grid maps config keys to the values to combine
-(a cartesian product), plus optional `protocol` (evaluation protocols the cells need), `fixed`
-(overrides every cell of the grid gets) and `cost` (timing cells: run alone, `repeats` times).
+(a cartesian product), plus optional `protocol` (evaluation protocols the cells need),
+`benchmarks` (the only benchmarks its tables read, paper names: a cell that no other grid asks
+for evaluates just those), `fixed` (overrides every cell of the grid gets) and `cost` (timing
+cells: run alone, `repeats` times).
 `include` pulls in other sweeps' grids, so `paper` is the union of all tables.
 
 A cell is one training job, identified by the hash of its resolved training config
@@ -24,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo.methods import METHODS
 from hacrl.config import CONFIG_DIR, ConfigError, config_hash
+from hacrl.evaluation.protocol import paper_benchmark
 from hacrl.layout import Layout
 from hacrl.schema.sweep_manifest import CellRecord
 
@@ -31,7 +34,7 @@ SWEEP_DIR = CONFIG_DIR / "sweep"  # a link to the repository's sweeps/
 # resolved config values kept with each cell (analysis/ places cells in tables by them)
 PARAMS = ("pair.name", "algo.alpha", "algo.cross_clip_lower", "algo.delta_step", "train.steps",
           "timing_repeat", "engine.threads")
-GRID_KEYS = ("protocol", "fixed", "cost")
+GRID_KEYS = ("protocol", "benchmarks", "fixed", "cost")
 REPORT_KEYS = ("tables", "figures")
 SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
@@ -65,8 +68,9 @@ class Cell(CellRecord):
 
     def job_overrides(self) -> list[str]:
         """Overrides of the launched job: the cell's own, its protocols and its identity tags."""
-        return [*self.overrides, f"eval.use=[{','.join(self.protocols)}]", f"cell.id={self.id}",
-                f"cell.sweeps=[{','.join(self.sweeps)}]"]
+        only = [f"eval.only=[{','.join(self.benchmarks)}]"] if self.benchmarks else []
+        return [*self.overrides, f"eval.use=[{','.join(self.protocols)}]", *only,
+                f"cell.id={self.id}", f"cell.sweeps=[{','.join(self.sweeps)}]"]
 
 
 def sweep_file(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Path:
@@ -176,6 +180,7 @@ def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
     data = benchmark_data(cfg)
     cell.protocol_keys = {str(name): Protocol.from_config(node, data=data).key
                           for name, node in cfg.eval.protocols.items()}
+    cell.benchmarks = [str(b) for b in cfg.eval.benchmarks]  # narrowed by `expand`
     for key in PARAMS:
         value = OmegaConf.select(cfg, key, default=None)
         cell.params[key] = value if value is None or isinstance(value, (int, float, str)) \
@@ -217,6 +222,7 @@ class Expansion:
 def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Expansion:
     """The distinct cells of sweep `name`, in first-asked order."""
     cells: dict[str, Cell] = {}
+    wanted: dict[str, set[str] | None] = {}  # cell -> the benchmarks its grids read (None: all)
     asked = 0
     for sweep, grid in load_grids(name, dirs):
         unknown = [k for k in grid if k in ("include", "grids")]
@@ -230,6 +236,7 @@ def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -
         for combo in itertools.product(*axes.values()):
             base = [f"{k}={_value(v)}" for k, v in zip(axes, combo, strict=True)] + fixed
             cfg = compose(base)
+            reads = _benchmarks(sweep, grid.get("benchmarks"), cfg)
             method = METHODS.get(str(cfg.method.name))
             if method is None:
                 raise ConfigError(f"sweeps/{sweep}.yaml: method={cfg.method.name} is not registered")
@@ -255,7 +262,23 @@ def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -
                         cell.sweeps.append(sweep)
                     if not cost:
                         cell.protocols += [p for p in protocols if p not in cell.protocols]
-    for cell in cells.values():
+                        before = wanted.get(key, set())
+                        wanted[key] = None if reads is None or before is None else before | reads
+    for key, cell in cells.items():
         if not cell.protocols:
             cell.protocols = ["main"]  # timing cells evaluate nothing; the list is never empty
+        reads = wanted.get(key)
+        if reads is not None:  # every grid that asked for it reads only these
+            cell.benchmarks = [b for b in cell.benchmarks if paper_benchmark(b) in reads]
     return Expansion(list(cells.values()), asked)
+
+
+def _benchmarks(sweep: str, value: Any, cfg: DictConfig) -> set[str] | None:
+    """A grid's `benchmarks` (paper names) as a set; None: the grid reads every benchmark."""
+    if value is None:
+        return None
+    known = {paper_benchmark(str(b)) for b in cfg.eval.benchmarks}
+    if not isinstance(value, list) or not value or any(str(b) not in known for b in value):
+        raise ConfigError(f"sweeps/{sweep}.yaml: benchmarks={value!r}: a non-empty list of the "
+                          f"paper's benchmarks ({', '.join(sorted(known))})")
+    return {str(b) for b in value}

@@ -80,8 +80,14 @@ def read_cells(sweep_dir: Path) -> tuple[SweepManifest | None, list[Cell]]:
 
 
 def _evaluated(tracker: Tracker, run_id: str, cell: Cell) -> bool:
+    """The run holds each of the cell's protocols with its key, on the cell's benchmarks."""
     tags = tracker.client.get_run(run_id).data.tags
-    return all(tags.get(f"hacrl.eval.{p}.key") == cell.protocol_keys.get(p) for p in cell.protocols)
+    for p in cell.protocols:
+        if tags.get(T.eval_tag(p, "key")) != cell.protocol_keys.get(p):
+            return False
+        if not set(cell.benchmarks) <= set(json.loads(tags.get(T.eval_tag(p, "benchmarks"), "[]"))):
+            return False  # e.g. only MATH-500 logged, for a sweep that reads them all
+    return True
 
 
 def artifacts_status(cell: Cell, tracker: Tracker) -> tuple[str, str]:
