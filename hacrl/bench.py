@@ -135,8 +135,8 @@ def _print_floors(samples: Samples, floors: Samples, engine: str, repeats: int) 
         print(f"\ncompute floor: not measured on engine={engine} (its models live in its workers, "
               "not in this process; `hacrl bench floor` measures the floor on engine=local)")
         return
-    print(f"\ncompute floor: each phase's tensor work alone, the step's own shapes replayed as "
-          f"bare model calls (median of {repeats}), seconds:")
+    print(f"\ncompute floor: the step's own shapes as bare model calls (median of {repeats}), "
+          "seconds, and real / floor:")
     print_floor_table({method: (samples[method, "engine"], floors[method, "engine"])
                        for method in ("gspo_x2", "hacpo")})
 
