@@ -6,6 +6,8 @@ trains on its own G plus the G it borrows. R is what scales with the samples an 
 log-probs are its source's own), T the updates on 2G rows; the ideal cost ratio is
 (R + T) / (2R + T). Both methods run side by side in this process, alternating, on the same
 pair; the ratio of medians is printed next to the ideal computed from the measured R and T.
+On the local engine each method's phases are also printed next to their compute floor (the
+step's own shapes replayed as bare model calls, as `hacrl bench floor` does) and the ratio.
 """
 
 from __future__ import annotations
@@ -15,32 +17,10 @@ import sys
 
 import torch
 
+from hacrl.compute_floor import STEP_PHASES as PHASES
+from hacrl.compute_floor import FloorMeter, close, phase_seconds, print_floor_table, team_loops
 from hacrl.config import ConfigError, JobSpec, compose, validate
-from hacrl.job import agent_engine, job_dir, loop_settings
-from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
-from hacrl.tasks import grader, load_problems
-
-PHASES = ("generate", "verify", "logprob", "update")
-
-
-def _loops(spec: JobSpec) -> list[TeamLoop]:
-    c = spec.cfg
-    schedule = PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step, c.seed)
-    root = job_dir(spec)
-    return [TeamLoop([Agent(a.name, agent_engine(spec, a, i, len(team), root.team(t).path))
-                      for i, a in enumerate(team)], spec.method, loop_settings(spec), schedule, grader(c))
-            for t, team in enumerate(spec.teams)]
-
-
-def _phase_seconds(loops: list[TeamLoop], step: int) -> dict[str, float]:
-    out = dict.fromkeys(PHASES, 0.0)
-    for loop in loops:
-        result = loop.step(step)
-        for metrics in result.agent_metrics:
-            for phase in PHASES:
-                out[phase] += metrics.get(f"time/{phase}_s", 0.0)
-        out["verify"] += result.team_metrics.get("time/verify_s", 0.0)
-    return out
+from hacrl.loop import seed_everything
 
 
 def local_twin(overrides: list[str]) -> list[str]:
@@ -61,8 +41,9 @@ def step_cost(overrides: list[str], repeats: int = 3) -> int:
         return 2
     hacpo = specs["hacpo", "engine"]
     engine = str(hacpo.cfg.engine.name)
-    samples = _measure(specs, engine, repeats)
+    samples, floors = _measure(specs, engine, repeats)
     _print_methods(samples, hacpo, engine, repeats)
+    _print_floors(samples, floors, engine, repeats)
     if engine != "local":
         _print_engine_overhead(samples, engine, repeats)
     return 0
@@ -81,8 +62,10 @@ def _specs(overrides: list[str]) -> dict[tuple[str, str], JobSpec]:
     return specs
 
 
-def _measure(specs: dict[tuple[str, str], JobSpec], engine: str, repeats: int) -> Samples:
-    """Each spec's phase seconds of steps 2 .. repeats + 1, the specs stepped in turn."""
+def _measure(specs: dict[tuple[str, str], JobSpec], engine: str,
+             repeats: int) -> tuple[Samples, Samples]:
+    """Each spec's phase seconds of steps 2 .. repeats + 1, the specs stepped in turn; on the
+    local engine also each step's compute floor (compute_floor), measured right after it."""
     hacpo = specs["hacpo", "engine"]
     if hacpo.cfg.engine.get("threads"):
         torch.set_num_threads(int(hacpo.cfg.engine.threads))
@@ -93,22 +76,25 @@ def _measure(specs: dict[tuple[str, str], JobSpec], engine: str, repeats: int) -
 
         engines = sum(len(spec.agents) for (_, which), spec in specs.items() if which == "engine")
         cluster = VerlCluster.get(hacpo.cfg, engines)
-    runs = {key: _loops(spec) for key, spec in specs.items()}
+    runs = {key: team_loops(spec, record=engine == "local") for key, spec in specs.items()}
     samples: Samples = {key: [] for key in runs}
+    floors: Samples = {key: [] for key in runs}
     try:
+        meters = {key: FloorMeter(recorded) for key, (_, recorded) in runs.items() if recorded}
         for step in range(1, repeats + 2):  # step 1 warms up and is dropped
-            for key, loops in runs.items():  # alternating: the machine's noise hits all alike
-                seconds = _phase_seconds(loops, step)
+            for key, (loops, _) in runs.items():  # alternating: noise hits all alike
+                meter = meters.get(key)
+                seconds, floor = meter.step(loops, step) if meter else (
+                    phase_seconds(loops, step), None)
                 if step > 1:
                     samples[key].append(seconds)
+                    floors[key] += [floor] if floor is not None else []
     finally:
-        for loops in runs.values():
-            for loop in loops:
-                for agent in loop.agents:
-                    agent.engine.close()
+        for loops, _ in runs.values():
+            close(loops)
         if cluster is not None:
             cluster.release()
-    return samples
+    return samples, floors
 
 
 def _median(samples: Samples, method: str, phase: str | None = None,
@@ -141,6 +127,18 @@ def _print_methods(samples: Samples, hacpo: JobSpec, engine: str, repeats: int) 
           f"R/T = {rollout / training:.2f}")
     print(f"hacpo / gspo_x2 = {ratio:.3f}   ideal (R+T)/(2R+T) = {ideal:.3f}   "
           f"off by {100 * (ratio / ideal - 1):+.1f}%   (paper wall-clock: 0.82)")
+
+
+def _print_floors(samples: Samples, floors: Samples, engine: str, repeats: int) -> None:
+    """Each method's phases next to their compute floor (local engine only)."""
+    if engine != "local":
+        print(f"\ncompute floor: not measured on engine={engine} (its models live in its workers, "
+              "not in this process; `hacrl bench floor` measures the floor on engine=local)")
+        return
+    print(f"\ncompute floor: the step's own shapes as bare model calls (median of {repeats}), "
+          "seconds, and real / floor:")
+    print_floor_table({method: (samples[method, "engine"], floors[method, "engine"])
+                       for method in ("gspo_x2", "hacpo")})
 
 
 def _print_engine_overhead(samples: Samples, engine: str, repeats: int) -> None:

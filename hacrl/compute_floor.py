@@ -16,7 +16,9 @@ take (`engine.forward_rows`), so the floor measures the same batches the engine 
 
 Real and floor are measured in turn, step after step (step 1 warms up and is dropped), so the
 machine's noise hits both alike; the ratio of medians says how far a phase is from its floor.
-Verification has no tensor floor and is shown on its own. Local engine only.
+Verification has no tensor floor and is shown on its own; the total is the whole step,
+verification included, against the floors of the tensor phases. Local engine only. `hacrl bench
+step` prints the same table for gspo_x2 and hacpo (team_loops, FloorMeter, print_floor_table).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from hacrl.job import agent_engine, job_dir, loop_settings
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.tasks import grader, load_problems
 
-PHASES = ("generate", "logprob", "update")
+PHASES = ("generate", "logprob", "update")  # the phases with a tensor floor
+STEP_PHASES = ("generate", "verify", "logprob", "update")  # what a step's metrics time
 
 
 @dataclass
@@ -138,57 +141,113 @@ def floor_seconds(model: Any, scratch: Any, optimizer: torch.optim.Optimizer,
                           for c in calls.update)}
 
 
-def _loop(spec: JobSpec) -> tuple[TeamLoop, list[Recording]]:
+def team_loops(spec: JobSpec, record: bool = False) -> tuple[list[TeamLoop], list[Recording]]:
+    """One loop per team of the spec, on fresh engines, the teams sharing one prompt schedule;
+    with `record`, every engine is wrapped in a Recording (the second list, in agent order)."""
     c = spec.cfg
-    team = spec.teams[0]
     schedule = PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step, c.seed)
-    engines = [Recording(agent_engine(spec, a, i, len(team), job_dir(spec).team(0).path))
-               for i, a in enumerate(team)]
-    agents = [Agent(a.name, cast(Engine, e)) for a, e in zip(team, engines, strict=True)]
-    return TeamLoop(agents, spec.method, loop_settings(spec), schedule, grader(c)), engines
+    root = job_dir(spec)
+    loops, recordings = [], []
+    for t, team in enumerate(spec.teams):
+        engines = [agent_engine(spec, a, i, len(team), root.team(t).path)
+                   for i, a in enumerate(team)]
+        if record:
+            engines = [Recording(e) for e in engines]
+            recordings += engines
+        agents = [Agent(a.name, cast(Engine, e)) for a, e in zip(team, engines, strict=True)]
+        loops.append(TeamLoop(agents, spec.method, loop_settings(spec), schedule, grader(c)))
+    return loops, recordings
 
 
-def _step(loop: TeamLoop, engines: list[Recording], step: int,
-          scratch: list[tuple[Any, Any]]) -> tuple[dict, dict]:
-    """(real seconds per phase and verify, floor seconds per phase) of one step."""
-    for engine in engines:
-        engine.calls = Calls()
-    result = loop.step(step)
-    real = dict.fromkeys((*PHASES, "verify"), 0.0)
-    for metrics in result.agent_metrics:
-        for phase in PHASES:
-            real[phase] += metrics.get(f"time/{phase}_s", 0.0)
-    real["verify"] = result.team_metrics.get("time/verify_s", 0.0)
-    floor = dict.fromkeys(PHASES, 0.0)
-    for engine, (copy_, optimizer) in zip(engines, scratch, strict=True):
-        per_forward = getattr(engine.engine, "forward_rows", None)
-        for phase, seconds in floor_seconds(engine.model, copy_, optimizer, engine.calls,
-                                            per_forward).items():
-            floor[phase] += seconds
-    return real, floor
+def phase_seconds(loops: list[TeamLoop], step: int) -> dict[str, float]:
+    """Seconds of each of STEP_PHASES in step `step` of the loops, summed over their agents."""
+    out = dict.fromkeys(STEP_PHASES, 0.0)
+    for loop in loops:
+        result = loop.step(step)
+        for metrics in result.agent_metrics:
+            for phase in PHASES:
+                out[phase] += metrics.get(f"time/{phase}_s", 0.0)
+        out["verify"] += result.team_metrics.get("time/verify_s", 0.0)
+    return out
+
+
+class FloorMeter:
+    """The floor of what Recording engines were asked since `clear`; the update floor runs on a
+    scratch copy of each model with its own AdamW, so the engines' weights are left alone."""
+
+    def __init__(self, engines: list[Recording]) -> None:
+        self.engines: list[Recording] = engines
+        self.scratch: list[tuple[Any, torch.optim.Optimizer]] = []
+        for engine in engines:
+            copy_ = copy.deepcopy(engine.model).train()
+            self.scratch.append((copy_, torch.optim.AdamW(copy_.parameters(), lr=1e-6)))
+
+    def clear(self) -> None:
+        for engine in self.engines:
+            engine.calls = Calls()
+
+    def seconds(self) -> dict[str, float]:
+        floor = dict.fromkeys(PHASES, 0.0)
+        for engine, (copy_, optimizer) in zip(self.engines, self.scratch, strict=True):
+            per_forward = getattr(engine.engine, "forward_rows", None)
+            for phase, seconds in floor_seconds(engine.model, copy_, optimizer, engine.calls,
+                                                per_forward).items():
+                floor[phase] += seconds
+        return floor
+
+    def step(self, loops: list[TeamLoop], step: int) -> tuple[dict, dict]:
+        """(real seconds of each of STEP_PHASES, floor seconds of each of PHASES) of one step
+        of the loops whose engines this meter records."""
+        self.clear()
+        real = phase_seconds(loops, step)
+        return real, self.seconds()
+
+
+def close(loops: list[TeamLoop]) -> None:
+    for loop in loops:
+        for agent in loop.agents:
+            agent.engine.close()
 
 
 def measure(spec: JobSpec, repeats: int) -> tuple[list[dict], list[dict]]:
-    """Real and floor seconds of steps 2 .. repeats + 1 of the spec's first team."""
+    """Real and floor seconds of steps 2 .. repeats + 1 of the spec's teams."""
     if spec.cfg.engine.get("threads"):
         torch.set_num_threads(int(spec.cfg.engine.threads))
     seed_everything(int(spec.cfg.seed))
-    loop, engines = _loop(spec)
-    scratch = []
-    for engine in engines:
-        copy_ = copy.deepcopy(engine.model).train()
-        scratch.append((copy_, torch.optim.AdamW(copy_.parameters(), lr=1e-6)))
+    loops, engines = team_loops(spec, record=True)
     reals, floors = [], []
     try:
+        meter = FloorMeter(engines)
         for step in range(1, repeats + 2):
-            real, floor = _step(loop, engines, step, scratch)
+            real, floor = meter.step(loops, step)
             if step > 1:
                 reals.append(real)
                 floors.append(floor)
     finally:
-        for engine in engines:
-            engine.close()
+        close(loops)
     return reals, floors
+
+
+def _seconds(s: dict[str, float], phase: str | None) -> float:
+    """One phase of a step's seconds; None: the whole step (its floor: the tensor phases')."""
+    return s[phase] if phase is not None else sum(s.values())
+
+
+def print_floor_table(columns: dict[str, tuple[list[dict], list[dict]]]) -> None:
+    """Per column (a method's real and floor seconds of each step): each phase's real seconds,
+    its floor and real/floor, medians over the steps; total is the whole step, verify (grading:
+    no tensor floor) included."""
+    print(f"{'phase':<10}" + "".join(f"{name:>9}{'floor':>8}{'ratio':>7}" for name in columns))
+    for phase in (*PHASES, "verify", None):
+        row = f"{phase or 'total':<10}"
+        for reals, floors in columns.values():
+            real = statistics.median(_seconds(r, phase) for r in reals)
+            if phase == "verify":
+                row += f"{real:>9.3f}{'-':>8}{'-':>7}"
+                continue
+            floor = statistics.median(_seconds(f, phase) for f in floors)
+            row += f"{real:>9.3f}{floor:>8.3f}{real / max(floor, 1e-9):>7.2f}"
+        print(row)
 
 
 def floor_report(overrides: list[str], repeats: int = 3) -> int:
@@ -203,18 +262,8 @@ def floor_report(overrides: list[str], repeats: int = 3) -> int:
         print(f"hacrl: config error: {err}", file=sys.stderr)
         return 2
     reals, floors = measure(spec, repeats)
-    agents = ", ".join(a.name for a in spec.teams[0])
+    agents = ", ".join(a.name for a in spec.agents)
     print(f"one {spec.method.name} step on {agents} (scale={spec.cfg.scale.name}, threads="
           f"{torch.get_num_threads()}, median of {repeats}), seconds:")
-    print(f"{'phase':<10}{'real':>9}{'floor':>9}{'real/floor':>12}")
-    for phase in PHASES:
-        real = statistics.median(r[phase] for r in reals)
-        floor = statistics.median(f[phase] for f in floors)
-        print(f"{phase:<10}{real:>9.3f}{floor:>9.3f}{real / max(floor, 1e-9):>12.2f}")
-    real = statistics.median(sum(r[p] for p in PHASES) for r in reals)
-    floor = statistics.median(sum(f.values()) for f in floors)
-    print(f"{'total':<10}{real:>9.3f}{floor:>9.3f}{real / max(floor, 1e-9):>12.2f}")
-    print(f"{'verify':<10}{statistics.median(r['verify'] for r in reals):>9.3f}"
-          f"{'-':>9}{'-':>12}   (grading: no tensor floor)")
+    print_floor_table({spec.method.name: (reals, floors)})
     return 0
-

@@ -1,5 +1,6 @@
-"""`hacrl bench floor`: the real step's engine calls are recorded and replayed as bare model
-calls with the same shapes; the report prints each phase next to its floor."""
+"""`hacrl bench floor` and the floor columns of `hacrl bench step`: the real step's engine calls
+are recorded and replayed as bare model calls with the same shapes; each phase is printed next
+to its floor."""
 
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ def test_the_floor_replays_what_the_step_asked_of_each_engine(job_env: Path, tmp
 
 def test_recording_sees_the_shapes_of_a_step(job_env: Path, tmp_path: Path,
                                              tiny_job: list[str]) -> None:
-    from hacrl.compute_floor import _loop
+    from hacrl.compute_floor import team_loops
     from hacrl.config import compose, validate
 
     spec = validate(compose(["method=hacpo", f"output_root={tmp_path}", *_small(tiny_job)]))
-    loop, engines = _loop(spec)
+    (loop,), engines = team_loops(spec, record=True)
     loop.step(1)
     prompts, group = int(spec.cfg.train.prompts_per_step), int(spec.cfg.train.rollouts_per_prompt)
     for engine in engines:
@@ -48,3 +49,34 @@ def test_other_engines_are_refused_in_one_line(capsys: pytest.CaptureFixture[str
 
     assert floor_report(["engine=verl", "engine.device=cpu"]) == 2
     assert "use engine=local" in capsys.readouterr().err
+
+
+def test_bench_step_prints_each_methods_phases_against_their_floor(
+        job_env: Path, tmp_path: Path, tiny_job: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from hacrl.cli import main
+
+    assert main(["bench", "step", "--repeats", "1", f"output_root={tmp_path}",
+                 *_small(tiny_job)]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("compute floor:"):].splitlines()
+    assert table[1].split() == ["phase", "gspo_x2", "floor", "ratio", "hacpo", "floor", "ratio"]
+    rows = {line.split()[0]: line.split()[1:] for line in table[2:]}
+    for phase in ("generate", "logprob", "update", "total"):  # real, floor, ratio per method
+        assert len(rows[phase]) == 6 and all(float(x) > 0 for x in rows[phase]), rows[phase]
+    assert rows["verify"][1:3] == rows["verify"][4:6] == ["-", "-"]  # no tensor floor
+    # the whole step: every phase and verification, against the tensor phases' floors
+    for real, floor in ((0, 1), (3, 4)):
+        assert float(rows["total"][real]) >= sum(float(rows[p][real]) for p in
+                                                 ("generate", "logprob", "update")) - 0.003
+        assert abs(float(rows["total"][floor]) - sum(float(rows[p][floor]) for p in
+                                                     ("generate", "logprob", "update"))) < 0.003
+
+
+def test_bench_step_on_another_engine_says_in_one_line_why_no_floor(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from hacrl.bench import _print_floors
+
+    _print_floors({}, {}, "verl", repeats=3)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and "not measured on engine=verl" in lines[0]

@@ -326,7 +326,8 @@ def _add_ui_parser(sub: Any) -> None:
 def _add_bench_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
-    step = bench_sub.add_parser("step", help="one step of gspo_x2 vs hacpo, phase by phase")
+    step = bench_sub.add_parser("step", help="one step of gspo_x2 vs hacpo, phase by phase, and "
+                                "(local engine) each phase against its compute floor")
     step.add_argument("overrides", nargs="*", help="hydra overrides (default: tiny size pair)")
     step.add_argument("--repeats", type=int, default=3)
     floor = bench_sub.add_parser("floor", help="each phase of one step (local engine) next to its "
