@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,10 +126,15 @@ class Tracker:
         return run.info.run_id
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int) -> None:
+        self.log_steps(run_id, [(step, metrics, int(time.time() * 1000))])
+
+    def log_steps(self, run_id: str, steps: Sequence[tuple[int, Mapping[str, float], int]]) -> None:
+        """Several steps' metrics, (step, metrics, when in ms since the epoch) each, in as few
+        writes as MLflow allows (1000 values each)."""
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
-        items = [Metric(clean_metric_name(k), float(v), now, step) for k, v in metrics.items()]
+        items = [Metric(clean_metric_name(k), float(v), when, step)
+                 for step, metrics, when in steps for k, v in metrics.items()]
         for start in range(0, len(items), 1000):
             self.client.log_batch(run_id, metrics=items[start:start + 1000])
 

@@ -70,3 +70,45 @@ def test_a_failing_step_or_listener_is_announced_then_raised() -> None:
         run_steps(lambda t: StepResult([{}]), 0, Schedule(2, 0, 1), [seen.append, refuse_checkpoints])
     assert _names(seen) == ["from0", "step1", "ckpt1", "failed1"]
     assert isinstance(seen[-1], Failed) and isinstance(seen[-1].error, OSError)
+
+
+def test_step_metrics_are_written_in_batches_and_complete_at_every_checkpoint(tmp_path) -> None:
+    """Fewer MLflow writes than steps, yet every step's metrics with its own time; all steps up
+    to a checkpoint are in the store when the checkpoint is saved, and those before a failure
+    when it is raised."""
+    from mlflow.tracking import MlflowClient
+
+    from hacrl.job.listeners import StepMetrics
+    from hacrl.tracking import Tracker
+
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "hacrl")
+    runs = {a: tracker.start_run(a, {}) for a in ("a", "b")}
+    writes: list[str] = []
+    log_steps = tracker.log_steps
+    tracker.log_steps = lambda run, steps: (writes.append(run), log_steps(run, steps))[1]
+    client = MlflowClient(tracker.uri)
+
+    def logged(agent: str) -> list[int]:
+        return [m.step for m in client.get_metric_history(runs[agent], "loss")]
+
+    at_checkpoint: list[list[int]] = []
+
+    def checkpoint(event: Event) -> None:  # registered after the metrics, as in a job
+        if isinstance(event, CheckpointDue):
+            at_checkpoint.append(logged("b"))
+
+    def step(k: int) -> StepResult:
+        if k == 8:
+            raise RuntimeError("boom")
+        return StepResult([{"loss": float(k)}, {"loss": -float(k)}], {"team": 1.0})
+
+    metrics = StepMetrics(tracker, runs, ["a", "b"], flush_s=3600.0)
+    with pytest.raises(RuntimeError):
+        run_steps(step, 0, Schedule(10, 0, 4), [metrics, checkpoint])
+    assert at_checkpoint == [[1, 2, 3, 4]]
+    assert logged("a") == logged("b") == list(range(1, 8))  # written when step 8 failed
+    assert len(writes) == 2 * 2  # per agent: at the checkpoint and at the failure
+    history = client.get_metric_history(runs["a"], "loss")
+    assert [m.value for m in history] == [float(k) for k in range(1, 8)]
+    assert [m.timestamp for m in history] == sorted(m.timestamp for m in history)
+    assert client.get_run(runs["a"]).data.metrics["team"] == 1.0

@@ -7,6 +7,7 @@ moves the progress bar. Each reacts to its own events and ignores the others.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +16,15 @@ from typing import Any
 from hacrl import checkpoint, faults
 from hacrl.arith import Problem
 from hacrl.evaluation.greedy import greedy_accuracy, render_prompts
-from hacrl.events import CheckpointDue, Event, StepDone, TrainingStarts, ValidationDue
+from hacrl.events import (
+    CheckpointDue,
+    Event,
+    Failed,
+    Finished,
+    StepDone,
+    TrainingStarts,
+    ValidationDue,
+)
 from hacrl.layout import TeamDir
 from hacrl.loop import Agent, TeamLoop
 from hacrl.schema import metric_names as M
@@ -25,21 +34,49 @@ from hacrl.tracking import Tracker
 
 class StepMetrics:
     """Each agent's metrics of a step (the team's added, and the seconds since training
-    started as `time/wall_s`) into the agent's run, at that step."""
+    started as `time/wall_s`) into the agent's run, at that step.
 
-    def __init__(self, tracker: Tracker, agent_runs: dict[str, str], agents: Sequence[str]) -> None:
+    Steps are written in batches: one MLflow write per agent for several steps costs about a
+    third of one write per step (each write is a SQLite transaction: ~17 ms for a tiny step's
+    ~50 metrics, ~1.3 s of a 25-step tiny cell). The buffer is written when `flush_s` seconds
+    have passed since the last write (so the UI's curves stay live; a paper-scale step takes
+    minutes, so every step is written at once), at every validation, before every checkpoint
+    (a resumed run copies the curves up to its checkpoint step from the killed run), and when
+    training ends or fails.
+    """
+
+    def __init__(self, tracker: Tracker, agent_runs: dict[str, str], agents: Sequence[str],
+                 flush_s: float = 5.0) -> None:
         self.tracker, self.agent_runs, self.agents = tracker, agent_runs, list(agents)
-        self.started = time.perf_counter()
+        self.started = self.flushed = time.perf_counter()
+        self.flush_s = flush_s
+        self.pending: dict[str, list[tuple[int, dict[str, float], int]]] = {}
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TrainingStarts):
             self.started = time.perf_counter()
         elif isinstance(event, StepDone):
-            result = event.result
+            result, when = event.result, int(time.time() * 1000)
             for name, metrics in zip(self.agents, result.agent_metrics, strict=True):
                 metrics.update(result.team_metrics)
                 metrics[M.WALL] = time.perf_counter() - self.started
-                self.tracker.log_metrics(self.agent_runs[name], metrics, event.step)
+                self.pending.setdefault(self.agent_runs[name], []).append(
+                    (event.step, metrics, when))
+            if time.perf_counter() - self.flushed >= self.flush_s:
+                self.flush()
+        elif isinstance(event, Failed):
+            try:
+                self.flush()
+            except Exception as err:  # the training error is the one to report
+                print(f"hacrl: the last steps' metrics were not logged: {err}", file=sys.stderr)
+        elif isinstance(event, ValidationDue | CheckpointDue | Finished):
+            self.flush()
+
+    def flush(self) -> None:
+        for run_id, steps in self.pending.items():
+            self.tracker.log_steps(run_id, steps)
+        self.pending = {}
+        self.flushed = time.perf_counter()
 
 
 class Validation:
