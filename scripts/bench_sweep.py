@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 SWEEP = """# @package _global_
@@ -105,25 +106,41 @@ def main(argv: list[str] | None = None) -> int:
         return compare(ways, args, overrides, Path(tmp))
 
 
+def write_sweep(tmp: Path, pairs: list[str], methods: list[str], grid: str = "") -> Path:
+    """The folder (for hydra.searchpath) holding sweep/bench.yaml: one grid of `pairs` x
+    `methods`, plus `grid` (more YAML lines of that grid, indented 8)."""
+    configs = tmp / "configs"
+    (configs / "sweep").mkdir(parents=True)
+    (configs / "sweep" / "bench.yaml").write_text(SWEEP.format(
+        pairs=json.dumps(pairs), methods=json.dumps(methods)) + grid)
+    return configs
+
+
+def alternate(ways: dict[str, tuple[Path, list[str]]], repeats: int, configs: Path, tmp: Path,
+              overrides: list[str]) -> Iterator[tuple[str, Path, float]]:
+    """Each way's sweep `repeats` times, the order turned around every repeat so the machine's
+    noise hits both alike: (way, its output root, wall seconds) after each sweep."""
+    for repeat in range(repeats):
+        order = list(ways) if repeat % 2 == 0 else list(reversed(ways))
+        for way in order:
+            root = tmp / f"{way}-{repeat}"
+            tree, own = ways[way]
+            wall = run_sweep(configs, root, way, tree, [*own, *overrides])
+            print(f"repeat {repeat} {way}: {wall:.1f} s", flush=True)
+            yield way, root, wall
+
+
 def compare(ways: dict[str, tuple[Path, list[str]]], args: argparse.Namespace,
             overrides: list[str], tmp: Path) -> int:
     """Run the ways in turn, `args.repeats` times, and print the comparison."""
     walls: dict[str, list[float]] = {w: [] for w in ways}
     rows: dict[str, list[dict]] = {w: [] for w in ways}
     scores: dict[str, list[dict]] = {w: [] for w in ways}
-    configs = tmp / "configs"
-    (configs / "sweep").mkdir(parents=True)
-    (configs / "sweep" / "bench.yaml").write_text(SWEEP.format(
-        pairs=json.dumps(args.pairs), methods=json.dumps(args.methods)))
-    for repeat in range(args.repeats):
-        order = list(ways) if repeat % 2 == 0 else list(reversed(ways))
-        for way in order:
-            root = tmp / f"{way}-{repeat}"
-            tree, own = ways[way]
-            walls[way].append(run_sweep(configs, root, way, tree, [*own, *overrides]))
-            rows[way].extend(cell_rows(root))
-            scores[way].append(final_scores(root))
-            print(f"repeat {repeat} {way}: {walls[way][-1]:.1f} s", flush=True)
+    configs = write_sweep(tmp, args.pairs, args.methods)
+    for way, root, wall in alternate(ways, args.repeats, configs, tmp, overrides):
+        walls[way].append(wall)
+        rows[way].extend(cell_rows(root))
+        scores[way].append(final_scores(root))
     first, second = ways
     cells = len(rows[first]) // args.repeats
     print(f"\n{cells} cells ({' '.join(args.methods)} x {' '.join(args.pairs)}"

@@ -57,11 +57,13 @@ hydra:
 @pytest.fixture(scope="session")
 def sweep_file() -> Callable[..., Path]:
     """Writes `<folder>/<name>.yaml`: a sweep of the size pair over `methods` on the local
-    launcher (`report`: extra YAML lines under `hydra.sweeper`, indented 4)."""
-    def write(folder: Path, name: str, methods: str = "hacpo", report: str = "") -> Path:
+    launcher (`report`: extra YAML lines under `hydra.sweeper`, indented 4; `grids`: YAML lines
+    after that grid, its own keys indented 8, more grids `- ...` indented 6)."""
+    def write(folder: Path, name: str, methods: str = "hacpo", report: str = "",
+              grids: str = "") -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{name}.yaml"
-        path.write_text(SWEEP_FILE.format(name=name, methods=methods, report=report))
+        path.write_text(SWEEP_FILE.format(name=name, methods=methods, report=report) + grids)
         return path
 
     return write

@@ -10,13 +10,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 
 def _sweep_args(write: Callable[..., Path], tmp_path: Path, hacrl_cmd: list[str], name: str,
-                methods: str, root: Path, tiny_job: list[str], *extra: str) -> list[str]:
+                methods: str, root: Path, tiny_job: list[str], *extra: str,
+                grids: str = "") -> list[str]:
     configs = tmp_path / f"configs-{name}"
-    write(configs / "sweep", name, methods)
+    write(configs / "sweep", name, methods, grids=grids)
     return [*hacrl_cmd, "sweep", name, f"hydra.searchpath=[file://{configs}]",
             f"output_root={root}", *tiny_job, *extra]
 
@@ -116,3 +119,80 @@ def test_warm_and_cold_cells_log_the_same_scores(tmp_path, cli_env, hacrl_cmd, n
         scores[warm] = _scores(root)
     assert len(scores["true"]) == 2 and all(scores["true"].values())
     assert scores["true"] == scores["false"]
+
+
+def test_timing_cells_run_warm_alone_after_the_others(tmp_path, cli_env, hacrl_cmd,
+                                                      new_output_root, tiny_job, sweep_file):
+    root = new_output_root()
+    cost = "      - pair: size\n        method: hacpo\n        cost:\n          repeats: 2\n"
+    args = _sweep_args(sweep_file, tmp_path, hacrl_cmd, "warmcost", "gspo", root, tiny_job,
+                       "hydra.sweeper.parallel=2", "hydra.sweeper.cost_threads=2", grids=cost)
+    out = subprocess.run(args, env=cli_env(root), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sweep = root / "sweeps" / "warmcost"
+    cells = json.loads((sweep / "manifest.json").read_text())["cells"]
+    timing = [c["id"] for c in cells if c["cost"]]
+    others = [c["id"] for c in cells if not c["cost"]]
+    assert len(timing) == 2 and len(others) == 2  # hacpo x 2 repeats; gspo per agent
+    assert "timing cells: 2 alone, one at a time, 2 thread(s)" in out.stderr
+    states = {cid: json.loads((sweep / "cells" / f"{cid}.json").read_text()) for cid in timing
+              + others}
+    assert all(s["status"] == "done" for s in states.values()), states
+
+    def threads(cell: str) -> int:
+        run_dir = next(Path(c["run_dir"]) for c in cells if c["id"] == cell)
+        return int(OmegaConf.load(run_dir / "config.yaml").engine.threads)
+
+    for cid in timing:
+        # warm: forked from the sweep's warm process, whose cells log next to their state (a
+        # cold submitit process logs under .submitit/); with the timing cells' thread count
+        assert states[cid]["log"] == str(sweep / "cells" / f"{cid}.log"), states[cid]
+        assert threads(cid) == 2 and all(threads(o) == 1 for o in others)  # scale=tiny: 1
+        # alone: after every other cell ended, and never overlapping another timing cell
+        mine = states[cid]
+        assert all(mine["started"] >= states[o]["ended"] for o in others), states
+        assert all(mine["started"] >= states[t]["ended"] or mine["ended"] <= states[t]["started"]
+                   for t in timing if t != cid), states
+
+
+
+@pytest.mark.skipif(not Path("/proc/self/pagemap").exists(), reason="Linux's /proc only")
+def test_a_forked_child_maps_its_parents_file_pages_and_copies_what_it_shares(tmp_path):
+    """A forked child's RSS lacks its parent's file pages (shared libraries) until it touches
+    them: map_server_pages maps them, so a warm cell's peak RSS counts them as a cold one's;
+    with copy=True (a timing cell) the memory it shares with its parent becomes its own, as a
+    cold process's is, with its RSS unchanged."""
+    import torch  # noqa: F401 (libtorch's pages: the bulk of a cell's file-backed RSS)
+
+    from hacrl.sweep.warm import map_server_pages
+
+    def kb(field: str, pid: int | str = "self", file: str = "status") -> int:
+        line = next(x for x in Path(f"/proc/{pid}/{file}").read_text().splitlines()
+                    if x.startswith(f"{field}:"))
+        return int(line.split()[1])
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: what it has before and after each step, and what its parent has
+        try:
+            seen = {"file": [kb("RssFile")], "shared": [], "rss": []}
+            map_server_pages(os.getppid())
+            seen["file"] += [kb("RssFile"), kb("RssFile", os.getppid())]
+            seen["shared"].append(kb("Shared_Dirty", file="smaps_rollup"))
+            seen["rss"].append(kb("VmRSS"))
+            map_server_pages(os.getppid(), copy=True)
+            seen["shared"].append(kb("Shared_Dirty", file="smaps_rollup"))
+            seen["rss"].append(kb("VmRSS"))
+            os.write(write, json.dumps(seen).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        seen = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    before, after, parent = seen["file"]
+    assert before < after  # faulted in lazily at first
+    assert after >= 0.95 * parent  # then mapped like the parent's
+    shared, copied = seen["shared"]
+    assert copied < shared / 10, seen  # its own after the copy
+    assert abs(seen["rss"][1] - seen["rss"][0]) <= 0.02 * seen["rss"][0], seen

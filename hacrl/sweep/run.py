@@ -5,7 +5,11 @@ at a time from each of `parallel` threads, longest first, so a short cell never 
 one; with submitit local each cell is forked from one warm process (`hacrl.sweep.warm`,
 `hydra.sweeper.warm=false` for a cold submitit process per cell). With a cluster launcher
 (SLURM) all pending cells go as one job array. A failed job is recorded and the others go on.
-The timing (cost) cells run last, one at a time, each in a cold process of its own.
+The timing (cost) cells run last, alone, one at a time, with `cost_threads` threads, and warm
+like the others when the sweep is: before its job starts a forked timing cell maps the library
+pages its server loaded and copies the memory it shares with it
+(`hacrl.sweep.warm.map_server_pages`), so its seconds and peak RSS (Tables 7 and 8) are a cold
+process's, without the ~10 s of launch and imports around each.
 The report is not the sweep's: the command on top (the sweeper plugin) writes it from the
 manifest this writes (`hacrl.schema.sweep_manifest`).
 """
@@ -130,9 +134,10 @@ class SweepRun:
         index = {c.id: i for i, c in enumerate(cells)}
         threads_per_job = int(first.engine.get("threads") or 1)
         self._launch(main, index, outcome, self._parallel(threads_per_job), [], self.pool)
-        if cost:  # cold, as before: a timing cell measures a whole process of its own
+        if cost:  # alone, after the others, forked like them when the sweep is warm
             say(f"timing cells: {len(cost)} alone, one at a time, {self.cost_threads} thread(s)")
-            self._launch(cost, index, outcome, 1, [f"engine.threads={self.cost_threads}"])
+            self._launch(cost, index, outcome, 1, [f"engine.threads={self.cost_threads}"],
+                         self.pool, timing=True)
 
         tracker.reap_dead_runs()
         rows = self._final_rows(cells, tracker, skipped, outcome, started)
@@ -204,7 +209,8 @@ class SweepRun:
         return max(1, int(self.parallel_setting))
 
     def _launch(self, cells: list[Cell], index: dict[str, int], outcome: dict[str, str],
-                parallel: int, extra: list[str], pool: WarmPool | None = None) -> None:
+                parallel: int, extra: list[str], pool: WarmPool | None = None,
+                timing: bool = False) -> None:
         if not cells:
             return
         if type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
@@ -231,7 +237,7 @@ class SweepRun:
             try:
                 if pool is not None:
                     ok = pool.launch(overrides, index[cell.id],
-                                     SweepDir(self.sweep_dir).cell_log(cell.id))
+                                     SweepDir(self.sweep_dir).cell_log(cell.id), timing)
                 else:
                     (ret,) = self.launcher.launch([overrides], initial_job_idx=index[cell.id])
                     ok = _ok(ret)

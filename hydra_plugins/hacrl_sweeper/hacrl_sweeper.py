@@ -35,8 +35,9 @@ class HacrlSweeperConf:
     cost_threads: Any = "auto"
     # list the cells and what is done, launch nothing
     dry_run: bool = False
-    # with the submitit local launcher, fork cells from one process that imported torch,
-    # transformers, lm-eval and MLflow once (hacrl.sweep.warm); false: one cold process each
+    # with the submitit local launcher, fork cells (timing cells too) from one process that
+    # imported torch, transformers, lm-eval and MLflow once (hacrl.sweep.warm); false: one
+    # cold process each
     warm: bool = True
 
 
