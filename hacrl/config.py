@@ -1,6 +1,8 @@
 """Composing and validating a job's config before anything is created.
 
-`compose(overrides)` builds the config from `experiments/` with Hydra's compose API;
+`compose(overrides)` builds the config from the config tree (`hacrl/conf/`, which the
+repository's `experiments/` and `sweeps/` link to; it ships inside the package, so a wheel
+install has it too) with Hydra's compose API;
 `validate(cfg)` turns it into a `JobSpec` or raises one `ConfigError` whose message names the
 key, the bad value and the fix. Nothing touches the disk until validation passed.
 """
@@ -23,7 +25,13 @@ from hacrl.errors import ConfigError as ConfigError  # re-exported: callers impo
 from hacrl.layout import Layout
 from hacrl.settings import method_settings
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "experiments"
+def _config_dir() -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("hacrl") / "conf")).resolve()
+
+
+CONFIG_DIR = _config_dir()
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,22 @@ def test_unknown_sweep_is_one_line(tmp_path, cli_env, hacrl_cmd):
 
 
 def test_sweeps_folder_is_the_sweep_config_group() -> None:
-    assert (CONFIG_DIR / "sweep").resolve() == (CONFIG_DIR.parent / "sweeps").resolve()
+    repo = Path(__file__).resolve().parents[1]
+    assert (repo / "sweeps").resolve() == (CONFIG_DIR / "sweep").resolve() == SWEEP_DIR
+    assert (repo / "experiments").resolve() == CONFIG_DIR
     names = {p.stem for p in SWEEP_DIR.glob("*.yaml")}
     assert names == {"table1", "table2", "table3", "alpha", "seeds", "cost", "table9", "figure3",
                      "schedules", "paper"}
+
+
+def test_a_cell_overridden_like_hydra_hashes_like_hydra() -> None:
+    """The sweep applies a cell's plain overrides in memory with Hydra's parser: the hash of
+    `train.lr=1e-4` (a float to Hydra, the string "1e-4" to YAML) is the job's own."""
+    from hacrl.config import config_hash
+    from hacrl.sweep.grid import with_values
+
+    for extra in (["train.lr=1e-4"], ["algo.alpha=3", "seed=7"], ["agents=[qwen3-4b-base]"]):
+        hydra_made = compose(["pair=size", "method=hacpo", *extra])
+        in_memory = with_values(compose(["pair=size", "method=hacpo"]), extra)
+        assert config_hash(in_memory) == config_hash(hydra_made), extra
+    assert isinstance(with_values(compose([]), ["train.lr=1e-4"]).train.lr, float)

@@ -30,7 +30,7 @@ from hacrl.evaluation.protocol import paper_benchmark
 from hacrl.layout import Layout
 from hacrl.schema.sweep_manifest import CellRecord
 
-SWEEP_DIR = CONFIG_DIR / "sweep"  # a link to the repository's sweeps/
+SWEEP_DIR = CONFIG_DIR / "sweep"  # the repository's sweeps/ links here
 # resolved config values kept with each cell (analysis/ places cells in tables by them)
 PARAMS = ("pair.name", "algo.alpha", "algo.cross_clip_lower", "algo.delta_step", "train.steps",
           "timing_repeat", "engine.threads")
@@ -155,14 +155,14 @@ def _value(v: Any) -> str:
 
 
 def with_values(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """A copy of `cfg` with plain `key=value` overrides applied (no config groups)."""
-    import yaml
+    """A copy of `cfg` with plain `key=value` overrides applied (no config groups), each value
+    read by Hydra's own override parser: `train.lr=1e-4` is the float Hydra makes of it (YAML
+    would keep the string "1e-4"), so the cell's hash is the one its job computes."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     out = cfg.copy()
-    for override in overrides:
-        key, _, raw = override.partition("=")
-        value = raw if raw.startswith("${") else yaml.safe_load(raw)
-        OmegaConf.update(out, key, value, force_add=True)
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        OmegaConf.update(out, override.key_or_group, override.value(), force_add=True)
     return out
 
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The package as a user without a clone gets it: build the wheel, install it (not editable) in
+# a fresh venv outside the repository, then run a dry run and a report from that install.
+# .ci/run calls it; by hand: bash scripts/check_wheel.sh [python]  (default python3)
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+python="${1:-python3}"
+work="$(mktemp -d /tmp/hacrl-wheel-XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+"$python" -m venv "$work/venv"
+. "$work/venv/bin/activate"
+python -m pip install -q --upgrade pip
+python -m pip wheel -q --no-deps "$repo" -w "$work/dist"
+python -m pip install -q torch==2.13.0
+python -m pip install -q "$work"/dist/hacrl-*.whl
+cd "$work"  # nothing of the clone is importable from here
+python - <<'PY'
+import hacrl, hacrl.config, analysis, hydra_plugins.hacrl_sweeper as plugin
+for module in (hacrl, analysis, plugin):
+    assert "site-packages" in module.__file__, module.__file__
+assert (hacrl.config.CONFIG_DIR / "sweep" / "table1.yaml").is_file(), hacrl.config.CONFIG_DIR
+print("installed:", hacrl.__file__)
+PY
+# a micro zoo (seconds) stands in for the tiny zoo: the dry run checks the models are there
+python -c "
+from hacrl.zoo import build_micro_model
+for name, seed in (('qwen3-4b-base', 0), ('qwen3-1.7b-base', 1)):
+    build_micro_model('qwen', 'zoo/' + name, seed=seed)"
+export HACRL_ZOO_DIR="$work/zoo" HACRL_OUTPUTS="$work/outputs" HACRL_DATA="$work/data"
+export MLFLOW_DISABLE_TELEMETRY=true HF_HUB_OFFLINE=1
+hacrl --version
+hacrl train --dry-run pair=size method=hacpo
+hacrl sweep table1 hydra.sweeper.dry_run=true | tail -3
+hacrl report table1 output_root="$work/outputs"
+test -s "$work/outputs/reports/table1-tiny/index.html"
+echo "wheel check: ok"
