@@ -25,6 +25,7 @@ from hacrl.errors import ConfigError as ConfigError  # re-exported: callers impo
 from hacrl.layout import Layout
 from hacrl.settings import method_settings
 
+
 def _config_dir() -> Path:
     from importlib.resources import files
 
