@@ -31,6 +31,12 @@ export MLFLOW_DISABLE_TELEMETRY=true HF_HUB_OFFLINE=1
 hacrl --version
 hacrl train --dry-run pair=size method=hacpo
 hacrl sweep table1 hydra.sweeper.dry_run=true | tail -3
-hacrl report table1 output_root="$work/outputs"
-test -s "$work/outputs/reports/table1-tiny/index.html"
+# Table 2's two cells as micro jobs (seconds each), then their report
+small=(train.steps=2 train.prompts_per_step=4 train.minibatch_prompts=2
+       train.rollouts_per_prompt=4 rollout.max_new_tokens=16 validation.every=1
+       validation.problems=20 "eval.benchmarks=[tiny_gsm8k,tiny_math500]"
+       eval.protocols.ablation.limit=20)
+hacrl sweep table2 "${small[@]}" > "$work/sweep.log" 2>&1 || { tail -30 "$work/sweep.log"; exit 1; }
+hacrl report table2 "${small[@]}"
+test -s "$work/outputs/reports/table2-tiny/index.html"
 echo "wheel check: ok"

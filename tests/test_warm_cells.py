@@ -196,3 +196,15 @@ def test_a_forked_child_maps_its_parents_file_pages_and_copies_what_it_shares(tm
     shared, copied = seen["shared"]
     assert copied < shared / 10, seen  # its own after the copy
     assert abs(seen["rss"][1] - seen["rss"][0]) <= 0.02 * seen["rss"][0], seen
+
+
+def test_timing_cells_fork_only_where_the_kernel_can_map_their_servers_pages(monkeypatch) -> None:
+    import platform
+
+    from hacrl.sweep.warm import populate_supported
+
+    for release, system, ok in (("6.18.44-fc", "Linux", True), ("5.14.0-284.el9", "Linux", True),
+                                ("4.18.0-553.el8", "Linux", False), ("23.1.0", "Darwin", False)):
+        monkeypatch.setattr(platform, "release", lambda r=release: r)
+        monkeypatch.setattr(platform, "system", lambda s=system: s)
+        assert populate_supported() is ok, release

@@ -32,7 +32,7 @@ from hacrl.mlflow_store import check_store, resolve_uri
 from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
 from hacrl.sweep.grid import SWEEP_DIR, Cell, Expansion, all_grids, expand, load_report_keys
 from hacrl.sweep.state import DEADLINE_S, cell_status, format_table
-from hacrl.sweep.warm import WarmPool
+from hacrl.sweep.warm import WarmPool, populate_supported
 from hacrl.tracking import Tracker
 
 LOCAL_LAUNCHERS = ("LocalLauncher", "BasicLauncher")
@@ -136,8 +136,11 @@ class SweepRun:
         self._launch(main, index, outcome, self._parallel(threads_per_job), [], self.pool)
         if cost:  # alone, after the others, forked like them when the sweep is warm
             say(f"timing cells: {len(cost)} alone, one at a time, {self.cost_threads} thread(s)")
+            # a forked timing cell measures a cold process's peak RSS only where it can map
+            # its server's pages (Linux >= 5.14); elsewhere it runs cold, as before
+            pool = self.pool if self.pool is not None and populate_supported() else None
             self._launch(cost, index, outcome, 1, [f"engine.threads={self.cost_threads}"],
-                         self.pool, timing=True)
+                         pool, timing=True)
 
         tracker.reap_dead_runs()
         rows = self._final_rows(cells, tracker, skipped, outcome, started)

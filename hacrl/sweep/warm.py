@@ -139,6 +139,19 @@ def term_with_parent() -> None:
         pass
 
 
+def populate_supported() -> bool:
+    """Whether `map_server_pages` can work here: Linux 5.14 or later (MADV_POPULATE_*)."""
+    import platform
+
+    if platform.system() != "Linux":
+        return False
+    try:
+        major, minor = (int(x) for x in platform.release().split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (5, 14)
+
+
 def map_server_pages(server: int, copy: bool = False) -> int:
     """Map into this process every page of a file that process `server`, its parent, has
     mapped; with `copy`, also copy every page of private memory it shares with it. Returns the
@@ -230,4 +243,4 @@ def _child(payload: bytes, log: str, timing: bool) -> None:
     sys.exit(0 if ret.status == JobStatus.COMPLETED else 1)
 
 
-__all__ = ["LOG_ENV", "PRELOAD", "WarmPool"]
+__all__ = ["LOG_ENV", "PRELOAD", "WarmPool", "map_server_pages", "populate_supported"]
