@@ -45,7 +45,7 @@ from hacrl.schema import tags as T
 from hacrl.tracking import Tracker
 from hacrl.verify import Grade, extract_answer
 
-BENCH = ["tiny_gsm8k", "tiny_aime2025"]  # greedy, and sampled 16 times at tiny scale
+BENCH = ["tiny_gsm8k", "tiny_aime2025"]  # greedy, and sampled 4 times at tiny scale (scale.eval_samples)
 TYPES = {"benchmark": pa.string(), "problem": pa.string(), "sample": pa.int32(),
          "answer": pa.string(), "correct": pa.int8()}
 
@@ -83,7 +83,7 @@ def _logged(client: MlflowClient, run_id: str, protocol: str = "main") -> dict[s
 def _assert_gives_the_scores(table: pd.DataFrame, logged: dict[str, float],
                              k: dict[str, int]) -> None:
     """Per benchmark: k samples per problem, and the means over samples then problems are the
-    logged acc (avg@k) and pass@k, bit for bit (k = 1 or 16: every term is exact in binary)."""
+    logged acc (avg@k) and pass@k, bit for bit (k = 1 or 4: every term is exact in binary)."""
     for bench, rows in table.groupby("benchmark"):
         per_problem = rows.groupby("problem")["sample"].apply(sorted)
         assert all(s == list(range(k[bench])) for s in per_problem), bench
@@ -111,11 +111,11 @@ def test_eval_logs_outcomes_and_the_analysis_reads_them(job_env, new_output_root
     assert {f.name: f.type for f in raw.schema} == TYPES
     assert list(raw.schema.names) == list(TYPES)
     frame = raw.to_pandas()
-    assert Counter(frame["benchmark"]) == {"tiny_gsm8k": 30, "tiny_aime2025": 30 * 16}
+    assert Counter(frame["benchmark"]) == {"tiny_gsm8k": 30, "tiny_aime2025": 30 * 4}
     assert all(p.startswith(f"{b}-") for b, p in zip(frame["benchmark"], frame["problem"],
                                                      strict=True))
     assert set(frame["correct"]) == {0, 1}
-    _assert_gives_the_scores(frame, logged, {"tiny_gsm8k": 1, "tiny_aime2025": 16})
+    _assert_gives_the_scores(frame, logged, {"tiny_gsm8k": 1, "tiny_aime2025": 4})
 
     # the verbose samples, gzipped, hold the same answers and grades
     folder = Path(client.download_artifacts(run_id, f"{A.folder('main')}/{A.SAMPLES}",
@@ -194,7 +194,7 @@ def test_final_evaluation_of_a_job_logs_outcomes(job_env, new_output_root, tiny_
     for run_id in agents:
         rows = got.table[got.table["run_id"] == run_id]
         _assert_gives_the_scores(rows, _logged(client, run_id),
-                                 {"tiny_gsm8k": 1, "tiny_aime2025": 16})
+                                 {"tiny_gsm8k": 1, "tiny_aime2025": 4})
     # both agents answered the same problems: one matrix per benchmark, a row per agent
     aligned = aligned_problem_means(got.table, agents)
     assert {b: m.shape for b, m in aligned.items()} == {"tiny_aime2025": (2, 40),
