@@ -1,5 +1,9 @@
 """`hacrl plot METRIC --by TAG [--where KEY=VALUE ...]`: any logged metric against step, one line
-per run, coloured by a tag or setting (method, model, pair, seed, alpha, ...)."""
+per run, coloured by a tag or setting (method, model, pair, seed, alpha, ...).
+
+`--pair NAME` is a pair's view: its shared-rollout runs (HACPO, Naive, ...) and the single-agent
+runs (GSPO, GRPO, ...) of its agents, which carry the agent's name as their pair tag; a colour
+per method and a line style per agent."""
 
 from __future__ import annotations
 
@@ -37,13 +41,38 @@ def _matches(series: pd.Series, value: str) -> pd.Series:
         return series.astype(str) == value
 
 
+STYLES = ["-", "--", ":", "-."]
+
+
+def pair_runs(runs: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The runs of pair `name` (experiments/pair/NAME.yaml): its shared-rollout runs and its
+    agents' single-agent runs (their pair tag is the agent alone)."""
+    from analysis.context import pair
+
+    try:
+        p = pair(name)
+    except FileNotFoundError:
+        raise ValueError(f"--pair {name}: no experiments/pair/{name}.yaml") from None
+    if not {"pair", "setting", "model"} <= set(runs.columns):
+        return runs.iloc[0:0]
+    shared = runs["pair"].astype(str) == p.name
+    alone = (runs["setting"].astype(str) == "single") & runs["model"].isin(p.agents)
+    return runs[shared | alone]
+
+
 def plot_metric(store: Store, metric: str, by: str, where: list[str], out: Path,
-                kind: str = "agent", title: str | None = None) -> tuple[list[Path], int]:
+                kind: str = "agent", title: str | None = None,
+                pair: str | None = None) -> tuple[list[Path], int]:
     """Draw `metric` vs step for every matching run; returns the files written and the number
-    of runs drawn. Raises ValueError naming what to change when nothing matches."""
+    of runs drawn. Raises ValueError naming what to change when nothing matches. With `pair`,
+    the pair's view: a line style per agent (`model`) on top of the colour per `by`."""
     runs = store.runs
     if kind != "any":
         runs = runs[runs[T.KIND] == kind]
+    if pair is not None:
+        runs = pair_runs(runs, pair)
+        if runs.empty:
+            raise ValueError(f"--pair {pair}: no {kind} run of this pair or of its agents alone")
     for condition in where:
         key, sep, value = condition.partition("=")
         if not sep:
@@ -58,6 +87,8 @@ def plot_metric(store: Store, metric: str, by: str, where: list[str], out: Path,
     group = column(store.runs, by)
     values = sorted(runs[group].astype(str).unique())
     colors = {v: plt.get_cmap("tab10")(i % 10) for i, v in enumerate(values)}
+    models = sorted(runs["model"].dropna().astype(str).unique()) if pair is not None else []
+    styles = {m: STYLES[i % len(STYLES)] for i, m in enumerate(models)}
     fig, ax = plt.subplots(figsize=(7, 4.2))
     drawn, labelled = 0, set()
     for row in runs.itertuples(index=False):
@@ -66,16 +97,19 @@ def plot_metric(store: Store, metric: str, by: str, where: list[str], out: Path,
         if not points:
             continue
         label = str(run[group])
+        style = styles.get(str(run.get("model")), "-")
+        legend = f"{by}={label}" + (f" · {run.get('model')}" if pair is not None else "")
         ax.plot(*zip(*points, strict=True), lw=1.2, color=colors[label], alpha=0.85,
-                label=None if label in labelled else f"{by}={label}")
-        labelled.add(label)
+                linestyle=style, label=None if legend in labelled else legend)
+        labelled.add(legend)
         drawn += 1
     if not drawn:
         plt.close(fig)
         raise ValueError(f"none of the {len(runs)} matching runs logged {metric!r} (metric names "
                          "look like reward/mean, val/tiny_math500/acc, capability/P)")
     scales = sorted(str(s) for s in runs["scale"].dropna().unique())
-    ax.set_title(title or f"{metric} by {by} — {', '.join(scales) or 'unknown'} scale",
+    what = f"pair {pair}: " if pair is not None else ""
+    ax.set_title(title or f"{what}{metric} by {by} — {', '.join(scales) or 'unknown'} scale",
                  fontsize=10)
     ax.set_xlabel("step")
     ax.set_ylabel(metric)

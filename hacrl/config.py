@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -62,14 +63,21 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     """The job config for these Hydra overrides (no output directory, no logging files)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
+        if GlobalHydra.instance().is_initialized():  # inside the running Hydra app: its loader
+            return hydra_compose(config_name="train", overrides=list(overrides))
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             return hydra_compose(config_name="train", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        # Hydra's whole message on one line (its hints included: "To append to your config
+        # use +key=value", "Did you mean ..."), less OmegaConf's full_key/object_type notes
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()
+                 and not line.strip().startswith(("full_key:", "object_type=", "reference_type="))]
+        first = "; ".join(lines) if lines else type(err).__name__
         missing = re.search(r"Could not find '([\w/]+)/([^']+)'", first)
         if missing and (CONFIG_DIR / missing.group(1)).is_dir():
             group, option = missing.groups()
@@ -78,6 +86,19 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
                               f"{', '.join(options)}") from None
         raise ConfigError(f"{first} (check the override's spelling; groups and their options "
                           f"are the folders and files of {CONFIG_DIR})") from None
+    except TypeError as err:  # Hydra itself fails on a list or mapping given to a group
+        groups = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir())
+        raise ConfigError(f"{', '.join(overrides)}: not a config Hydra can compose ({err}); a "
+                          f"config group ({', '.join(groups)}) takes one option name") from None
+
+
+@lru_cache(maxsize=1)
+def default_kinds() -> dict[str, set[type]]:
+    """The kinds of every leaf of the default compositions (`hacrl.config_leaves`): tiny and
+    paper scale, each engine; composed once."""
+    from hacrl.config_leaves import default_kinds as kinds_of
+
+    return kinds_of([compose([]), compose(["scale=paper"]), compose(["engine=verl"])])
 
 
 def _get(cfg: DictConfig, key: str) -> Any:
@@ -156,6 +177,9 @@ def model_path(cfg: DictConfig, index: int, name: str, check: bool = True) -> st
 
 def validate(cfg: DictConfig) -> JobSpec:
     """Check everything that can be checked before starting; return the job's spec."""
+    from hacrl.config_leaves import check_leaf_types
+
+    check_leaf_types(cfg, default_kinds())  # every leaf's type first: the checks below rely on it
     method = _method(cfg)
     estimator = _method_functions(method)
     agents = _agents(cfg, method)

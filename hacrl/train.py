@@ -31,12 +31,31 @@ def main(cfg: DictConfig) -> object:
         print(f"hacrl: config error: {err}", file=sys.stderr)
         sys.exit(2)
     try:
-        return run_job(spec)
+        from hacrl.errors import check_writable
+        from hacrl.mlflow_store import check_store, resolve_uri
+
+        # output root and store first, before the job's heavy imports (a fault: one quick line)
+        check_store(resolve_uri(spec.cfg.tracking.uri, spec.output_root))
+        check_writable(spec.output_root)
+        summary = run_job(spec)
     except HacrlError as err:  # one line for a fault the user can act on
         print(f"hacrl: {err}", file=sys.stderr)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # Hydra records this job as failed and runs the others
         sys.exit(err.exit_code)
+    _print_summary(summary)
+    return summary
+
+
+def _print_summary(summary: dict) -> None:
+    """Each agent's final AVG and where the runs are (nothing for a job skipped as done)."""
+    if summary.get("skipped"):
+        return
+    for team in summary["teams"]:
+        for agent, accs in team["final"].items():
+            avg = {k: v for k, v in accs.items() if k.endswith("/avg/acc")}
+            print(f"{agent}: " + ", ".join(f"{k} {v:.3f}" for k, v in avg.items()))
+    print(f"MLflow run {summary['job_run_id']}; run dir {summary['run_dir']}", flush=True)
 
 
 if __name__ == "__main__":

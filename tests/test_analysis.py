@@ -259,3 +259,35 @@ def test_plot_any_metric_by_a_tag(world, tmp_path):
         plot_metric(ctx.store, "reward/mean", "colour", [], tmp_path / "q")
     with pytest.raises(ValueError, match="none of the"):
         plot_metric(ctx.store, "no/such/metric", "method", [], tmp_path / "q")
+
+
+def test_a_pairs_view_keeps_its_agents_single_agent_baselines(tmp_path):
+    """`hacrl plot --pair size`: the pair's HACPO runs and its agents' GSPO runs (whose pair tag
+    is the agent alone), not another pair's agent; `--where pair=...` would drop the GSPO runs."""
+    from analysis.plot import pair_runs, plot_metric
+    from analysis.store import open_store
+    from hacrl.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "hacrl")
+    small, big = SIZE.agents
+    made = {}
+    for method, model, pair_tag, setting in (
+            ("hacpo", small, SIZE.name, "size"), ("hacpo", big, SIZE.name, "size"),
+            ("gspo", small, small, "single"), ("gspo", big, big, "single"),
+            ("gspo", "llama3.2-3b-instruct", "llama3.2-3b-instruct", "single"),
+            ("hacpo", big, LARGE.name, "size_large")):
+        run = tracker.start_run(f"{method}:{model}", {
+            "hacrl.kind": "agent", "method": method, "model": model, "pair": pair_tag,
+            "setting": setting, "scale": "tiny", "config_hash": f"{method}{pair_tag}"})
+        tracker.log_steps(run, [(s, {"reward/mean": 0.1 * s}, 0) for s in (1, 2)])
+        tracker.finish(run)
+        made[(method, model, setting)] = run
+    store = open_store(uri)
+    picked = pair_runs(store.runs[store.runs["hacrl.kind"] == "agent"], "size")
+    assert set(picked["run_id"]) == {made[("hacpo", small, "size")], made[("hacpo", big, "size")],
+                                     made[("gspo", small, "single")], made[("gspo", big, "single")]}
+    files, drawn = plot_metric(store, "reward/mean", "method", [], tmp_path / "pair", pair="size")
+    assert drawn == 4 and all(f.stat().st_size > 0 for f in files)
+    with pytest.raises(ValueError, match="no experiments/pair/nope.yaml"):
+        plot_metric(store, "reward/mean", "method", [], tmp_path / "x", pair="nope")

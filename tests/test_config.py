@@ -82,7 +82,7 @@ INVALID = [
     ("validation_problems", ["validation.problems=abc"], None, "validation.problems=abc"),
     ("alpha_not_a_number", ["algo.alpha=abc"], None, "algo.alpha=abc: must be a number"),
     ("delta_step_not_a_number", ["algo.delta_step=abc"], None, "algo.delta_step=abc"),
-    ("seed_not_an_integer", ["seed=abc"], None, "seed=abc: must be an integer"),
+    ("seed_not_an_integer", ["seed=abc"], None, "seed=abc: must be a number"),
     ("window_not_an_integer", ["algo.capability_window=2.5"], None,
      "algo.capability_window=2.5"),
     ("eval_limit", ["eval.protocols.main.limit=0"], None, "eval.protocols.main.limit=0"),

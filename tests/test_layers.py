@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("resources", ("hacrl.data", "hacrl.tasks", "hacrl.zoo", "hacrl.checkpoint",
                    "hacrl.pickle_audit", "hacrl.tracking", "hacrl.mlflow_store",
                    "hacrl.evaluation", "hacrl.evaluation.protocol")),
-    ("config", ("hacrl.config", "hacrl.settings")),
+    ("config", ("hacrl.config", "hacrl.config_leaves", "hacrl.settings")),
     ("engines", ("hacrl.engines",)),
     ("evaluation", ("hacrl.evaluation.greedy", "hacrl.evaluation.lmeval", "hacrl.evaluation.hf_lm",
                     "hacrl.evaluation.outcome_table", "hacrl.evaluation.runner",

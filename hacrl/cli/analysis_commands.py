@@ -25,6 +25,9 @@ def add_parsers(sub: Any) -> None:
                       help="tag or setting to colour by: method, model, pair, seed, alpha, ...")
     plot.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                       help="keep runs with this tag/setting value (repeatable)")
+    plot.add_argument("--pair", default=None, metavar="NAME",
+                      help="a pair's view (size, state, model, ...): its HACPO/Naive runs and "
+                      "its agents' single-agent baselines; a line style per agent")
     plot.add_argument("--kind", default="agent", help="agent (default), job, eval, or any")
     plot.add_argument("--out", default=None, help="file stem (default: <output_root>/plots/...)")
     plot.add_argument("overrides", nargs="*", help="e.g. output_root=... (where the store is)")
@@ -85,8 +88,10 @@ def _plot(args: argparse.Namespace, overrides: list[str]) -> int:
     if store.runs.empty:
         raise ValueError(f"no runs in {store.uri} (experiment {store.experiment}); pass "
                          "output_root=... where the runs are")
-    stem = re.sub(r"[^\w.-]+", "_", f"{args.metric}-by-{args.by}")
+    view = f"-pair-{args.pair}" if args.pair else ""
+    stem = re.sub(r"[^\w.-]+", "_", f"{args.metric}-by-{args.by}{view}")
     out = Path(args.out) if args.out else layout.plot(stem)
-    files, drawn = plot_metric(store, args.metric, args.by, args.where, out, kind=args.kind)
+    files, drawn = plot_metric(store, args.metric, args.by, args.where, out, kind=args.kind,
+                               pair=args.pair)
     print(f"{drawn} runs -> {', '.join(str(f) for f in files)}")
     return 0

@@ -9,7 +9,34 @@ from pathlib import Path
 from typing import Any
 
 
-def _train(overrides: list[str], dry: bool = False, dry_dir: str | None = None) -> int:
+def _train_command(args: list[str]) -> int:
+    """`hacrl train ARGS`: `--dry-run [--dry-run-dir DIR]` here; anything else is the Hydra app
+    (`hacrl.cli.hydra_app`), a plain run validated first (one line, exit 2, nothing written)."""
+    from hacrl.cli.hydra_app import hydra_flags, run_app
+
+    dry = "--dry-run" in args
+    dry_dir, rest = None, []
+    words = iter(args)
+    for word in words:
+        if word == "--dry-run-dir":
+            dry_dir = next(words, None)
+        elif word.startswith("--dry-run-dir="):
+            dry_dir = word.split("=", 1)[1]
+        elif word != "--dry-run":
+            rest.append(word)
+    flags = hydra_flags(rest)
+    if dry and flags:
+        print(f"hacrl: train: --dry-run takes overrides, not Hydra's {flags[0]} (run "
+              f"`hacrl train {flags[0]} ...` without --dry-run)", file=sys.stderr)
+        return 2
+    if dry or not flags:
+        status = _validate(rest, dry, dry_dir)
+        if dry or status:
+            return status
+    return run_app(rest)
+
+
+def _validate(overrides: list[str], dry: bool, dry_dir: str | None) -> int:
     from hacrl.config import ConfigError, compose, validate
 
     try:
@@ -20,25 +47,9 @@ def _train(overrides: list[str], dry: bool = False, dry_dir: str | None = None) 
             for record in dry_run(spec, Path(dry_dir) if dry_dir else None):
                 print(" ".join(f"{k}={v}" for k, v in record.items()))
             print(f"hacrl: dry run of job {spec.config_hash} ({spec.cfg.engine.name}): ok")
-            return 0
     except ConfigError as err:
         print(f"hacrl: config error: {err}", file=sys.stderr)
         return 2
-    from hacrl.errors import check_writable
-    from hacrl.mlflow_store import check_store, resolve_uri
-
-    # output root and store first, before the job's heavy imports (a fault is one quick line)
-    check_store(resolve_uri(spec.cfg.tracking.uri, spec.output_root))
-    check_writable(spec.output_root)
-    from hacrl.job import run_job
-
-    summary = run_job(spec)
-    if not summary.get("skipped"):
-        for team in summary["teams"]:
-            for agent, accs in team["final"].items():
-                avg = {k: v for k, v in accs.items() if k.endswith("/avg/acc")}
-                print(f"{agent}: " + ", ".join(f"{k} {v:.3f}" for k, v in avg.items()))
-        print(f"MLflow run {summary['job_run_id']}; run dir {summary['run_dir']}")
     return 0
 
 
@@ -104,27 +115,26 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
-def _sweep(args: argparse.Namespace, overrides: list[str]) -> int:
+def _sweep(name: str, args: list[str]) -> int:
+    """`hacrl sweep NAME ARGS`: the Hydra app in multirun mode with `+sweep=NAME`; ARGS are
+    overrides and Hydra flags (`--cfg job`, ...) as `hacrl train` takes them."""
+    from hacrl.cli.hydra_app import run_app
     from hacrl.config import ConfigError
     from hacrl.sweep.grid import sweep_file
 
     try:
-        if not any(o.startswith("hydra.searchpath") for o in overrides):
-            sweep_file(args.name)  # (a user's folder on hydra.searchpath is checked later)
+        if not any(o.startswith("hydra.searchpath") for o in args):
+            sweep_file(name)  # (a user's folder on hydra.searchpath is checked later)
     except ConfigError as err:
         print(f"hacrl: sweep: {err}", file=sys.stderr)
         return 2
-    from hacrl import train
+    from hacrl.cli.hydra_app import hydra_flags
 
-    argv = sys.argv
-    sys.argv = ["hacrl.train", "-m", f"+sweep={args.name}", *overrides]
-    try:
-        train.main()
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else 1
-    finally:
-        sys.argv = argv
-    return 0
+    rest = [a for a in args if a not in ("-m", "--multirun")]
+    # a sweep is a multirun, unless a flag only prints (Hydra takes one mode at a time)
+    prints = {"--cfg", "-c", "--info", "-i", "-sc", "--shell-completion"}
+    mode = [] if {f.split("=", 1)[0] for f in hydra_flags(rest)} & prints else ["-m"]
+    return run_app([*mode, f"+sweep={name}", *rest])
 
 
 def _status(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -216,14 +226,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] in ("-sc", "--shell-completion"):
+        from hacrl.cli.hydra_app import complete
+
+        return complete(words)
+    if words[:1] == ["train"] and not {"-h", "--help"} & set(words[1:]):
+        return _train_command(words[1:])
+    if words[:1] == ["sweep"] and len(words) > 1 and not {"-h", "--help"} & set(words[1:]):
+        return _sweep(words[1], words[2:])
     parser = _parser()
     args, unknown = parser.parse_known_args(argv)
-    if args.command == "train":
-        return _train([*args.overrides, *unknown], args.dry_run, args.dry_run_dir)
     if args.command == "eval":
         return _eval(args, [*args.overrides, *unknown])
-    if args.command == "sweep":
-        return _sweep(args, [*args.overrides, *unknown])
     if args.command == "status":
         return _status(args, [*args.overrides, *unknown])
     if args.command in ("report", "plot"):
@@ -264,8 +279,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+TRAIN_EXAMPLES = """examples:
+  hacrl train pair=size method=hacpo              one job: the size pair with HACPO
+  hacrl train --dry-run pair=size method=gspo     compose and validate, then stop
+  hacrl train --cfg job pair=size train.lr=1e-4   the job's config, as Hydra composes it
+  hacrl train -m method=gspo,hacpo seed=0,1       a Hydra multirun: four jobs in turn
+  eval "$(hacrl -sc install=bash)"               shell completion of overrides (Hydra's)
+
+Every Hydra flag works as under `python -m hacrl.train` (--cfg, --info, -m, --resolve,
+--config-dir, -sc, --hydra-help); overrides use Hydra's grammar (+key=v, ~key, a,b, range())."""
+
+
 def _add_train_parser(sub: Any) -> None:
-    train = sub.add_parser("train", help="train one job: hacrl train [hydra overrides]")
+    train = sub.add_parser("train", help="train one job: hacrl train [hydra overrides and flags]",
+                           epilog=TRAIN_EXAMPLES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("overrides", nargs="*", help="e.g. pair=size method=hacpo seed=1")
     train.add_argument("--dry-run", action="store_true",
                        help="compose and validate everything (engine=verl: build each agent's "
@@ -284,12 +312,21 @@ def _add_eval_parser(sub: Any) -> None:
     ev.add_argument("--limit", type=int, default=None,
                     help="first N problems per benchmark (quick checks; sets the protocols' "
                     "limit, so their key differs from the full evaluation's)")
-    ev.add_argument("overrides", nargs="*", help="hydra overrides, e.g. protocol=ablation scale=paper")
+    ev.add_argument("overrides", nargs="*", help="hydra overrides, e.g. eval.use=[ablation] scale=paper")
+
+
+SWEEP_EXAMPLES = """examples:
+  hacrl sweep table1                              Table 1 at tiny scale, 2 cells at a time
+  hacrl sweep paper hydra.sweeper.dry_run=true    what would run, launching nothing
+  hacrl sweep table2 --cfg hydra                  the sweep's Hydra config
+  hacrl sweep paper scale=paper launcher=slurm    GPUs on a SLURM cluster"""
 
 
 def _add_sweep_parser(sub: Any) -> None:
     sweep = sub.add_parser("sweep", help="run a paper sweep (sweeps/<name>.yaml): hacrl sweep "
-                           "table1 [overrides], e.g. scale=paper launcher=slurm")
+                           "table1 [overrides], e.g. scale=paper launcher=slurm",
+                           epilog=SWEEP_EXAMPLES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     sweep.add_argument("name", help="table1 table2 table3 alpha seeds cost table9 figure3 "
                        "schedules paper")
     sweep.add_argument("overrides", nargs="*")
