@@ -17,14 +17,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-# flags of a Hydra app (`python -m hacrl.train --help` lists them); a value follows those in
-# WITH_VALUE as a separate word or after `=`
+# flags of a Hydra app (`python -m hacrl.train --help` lists them)
 FLAGS = {"--cfg", "-c", "--info", "-i", "--multirun", "-m", "--resolve", "--package", "-p",
          "--shell-completion", "-sc", "--config-path", "-cp", "--config-name", "-cn",
          "--config-dir", "-cd", "--experimental-rerun", "--run", "-r", "--hydra-help",
          "--version"}
-WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-              "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+# flags that only print (a config, the app's info, a completion script): no multirun with them
+PRINT_ONLY = {"--cfg", "-c", "--info", "-i", "-sc", "--shell-completion"}
 SUBCOMMANDS = ("train", "eval", "sweep", "status", "report", "plot", "data", "zoo", "ui", "bench")
 
 
@@ -78,4 +77,4 @@ def complete(args: Sequence[str]) -> int:
     return run_app(args)
 
 
-__all__ = ["FLAGS", "complete", "hydra_flags", "run_app"]
+__all__ = ["FLAGS", "PRINT_ONLY", "complete", "hydra_flags", "run_app"]

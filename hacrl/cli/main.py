@@ -118,7 +118,7 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
 def _sweep(name: str, args: list[str]) -> int:
     """`hacrl sweep NAME ARGS`: the Hydra app in multirun mode with `+sweep=NAME`; ARGS are
     overrides and Hydra flags (`--cfg job`, ...) as `hacrl train` takes them."""
-    from hacrl.cli.hydra_app import run_app
+    from hacrl.cli.hydra_app import PRINT_ONLY, hydra_flags, run_app
     from hacrl.config import ConfigError
     from hacrl.sweep.grid import sweep_file
 
@@ -128,12 +128,9 @@ def _sweep(name: str, args: list[str]) -> int:
     except ConfigError as err:
         print(f"hacrl: sweep: {err}", file=sys.stderr)
         return 2
-    from hacrl.cli.hydra_app import hydra_flags
-
     rest = [a for a in args if a not in ("-m", "--multirun")]
     # a sweep is a multirun, unless a flag only prints (Hydra takes one mode at a time)
-    prints = {"--cfg", "-c", "--info", "-i", "-sc", "--shell-completion"}
-    mode = [] if {f.split("=", 1)[0] for f in hydra_flags(rest)} & prints else ["-m"]
+    mode = [] if {f.split("=", 1)[0] for f in hydra_flags(rest)} & PRINT_ONLY else ["-m"]
     return run_app([*mode, f"+sweep={name}", *rest])
 
 
