@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -67,10 +68,11 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    # inside the running Hydra app (a job validating itself) its config loader is already set up
+    running = GlobalHydra.instance().is_initialized()
     try:
-        if GlobalHydra.instance().is_initialized():  # inside the running Hydra app: its loader
-            return hydra_compose(config_name="train", overrides=list(overrides))
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        with nullcontext() if running else initialize_config_dir(
+                config_dir=str(CONFIG_DIR), version_base="1.3"):
             return hydra_compose(config_name="train", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         # Hydra's whole message on one line (its hints included: "To append to your config
