@@ -12,13 +12,15 @@ from typing import Any
 import torch
 
 from hacrl.engines.base import Generation
+from hacrl.engines.kv_cache import preallocated_cache
 from hacrl.rollout import SamplingParams
 
 
 @torch.no_grad()
 def hf_sample(model: Any, rows: list[list[int]], sampling: SamplingParams, *, pad_id: int,
               eos: int, device: torch.device | str = "cpu") -> list[Generation]:
-    """One response per row of prompt ids (batched `generate`, left padding, KV cache).
+    """One response per row of prompt ids (batched `generate`, left padding, a preallocated
+    KV cache: `hacrl.engines.kv_cache`).
 
     A response ends with its EOS (kept, `finished`) or at `max_new_tokens` (unfinished).
     Sampling draws from torch's global RNG on `device`: seed it for reproducible responses.
@@ -31,6 +33,9 @@ def hf_sample(model: Any, rows: list[list[int]], sampling: SamplingParams, *, pa
         attention[b, width - len(ids):] = 1
     kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=eos,
                                   pad_token_id=pad_id)
+    cache = preallocated_cache(model, width + sampling.max_new_tokens)
+    if cache is not None:  # keys and values written in place, not concatenated per token
+        kwargs.update(past_key_values=cache)
     if sampling.greedy:
         kwargs.update(do_sample=False)
     else:
