@@ -355,3 +355,15 @@ def test_the_papers_seeds_through_the_same_lens() -> None:
     assert none.estimate is None and none.text() == "no samples"
     assert ss.seed_mean([]).text() == "95% CI: no samples"
     assert ss.paired_seed_difference({0: 0.5}, {0: 0.4}).stats_text() == "one seed: no interval"
+
+
+def test_bootstrap_counts_are_the_drawn_problems() -> None:
+    """The cached counts give each replicate the mean of the problems its draws name."""
+    from analysis.stats import _draw_counts, _draws
+
+    values = np.random.default_rng(1).random(37)
+    draws = _draws(0, 2, 7, 37, 50)
+    counts = _draw_counts(0, 2, 7, 37, 50)
+    assert counts.sum(1).tolist() == [37.0] * 50
+    assert np.allclose(counts @ values / 37, values[draws].mean(1), rtol=0, atol=1e-15)
+    assert not np.array_equal(draws, _draws(0, 3, 7, 37, 50))  # each benchmark its own stream

@@ -99,7 +99,7 @@ def test_cost_cells_are_timing_repeats_without_evaluation() -> None:
 
 
 def test_figure3_trains_longer_at_every_scale() -> None:
-    for scale, steps in (("tiny", 62), ("paper", 150)):
+    for scale, steps in (("tiny", 50), ("paper", 150)):
         cell = expand("figure3", lambda o, s=scale: compose([f"scale={s}", *o])).cells[0]
         assert compose([f"scale={scale}", *cell.overrides]).train.steps == steps
 
