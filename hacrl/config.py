@@ -14,7 +14,6 @@ import json
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +93,25 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
                           f"config group ({', '.join(groups)}) takes one option name") from None
 
 
-@lru_cache(maxsize=1)
+_KINDS: dict[str, set[type]] | None = None
+
+
 def default_kinds() -> dict[str, set[type]]:
     """The kinds of every leaf of the default compositions (`hacrl.config_leaves`): tiny and
-    paper scale, each engine; composed once."""
-    from hacrl.config_leaves import default_kinds as kinds_of
+    paper scale, each engine; composed once per process (~0.4 s), or handed over by the
+    process that forked this one (`use_default_kinds`: a warm sweep cell gets its sweep's)."""
+    global _KINDS
+    if _KINDS is None:
+        from hacrl.config_leaves import default_kinds as kinds_of
 
-    return kinds_of([compose([]), compose(["scale=paper"]), compose(["engine=verl"])])
+        _KINDS = kinds_of([compose([]), compose(["scale=paper"]), compose(["engine=verl"])])
+    return _KINDS
+
+
+def use_default_kinds(kinds: dict[str, set[type]]) -> None:
+    """Take `default_kinds` as computed by another process of the same code and configs."""
+    global _KINDS
+    _KINDS = kinds
 
 
 def _get(cfg: DictConfig, key: str) -> Any:

@@ -10,6 +10,10 @@ Migration (issue 15, the tiny world with power): at tiny scale a step is 16 prom
 new hash and trains again; the base cells keep theirs but are evaluated again, because the
 evaluation key now includes the benchmarks' pinned data (1300 problems where there were 200).
 Paper-scale hashes are unchanged (its Table 1 keeps one seed).
+
+Migration (issue 14, the 30-minute paper sweep): tiny trains 20 steps instead of 25 (Figure 3:
+50 instead of 62), so the 104 tiny training cells have new hashes and train again; the base
+and timing cells (scale.cost_steps, unchanged) keep theirs. Paper scale is unchanged.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 Sampled responses follow torch's random stream batch by batch, so their batch size is part of
 what a sampled score depends on (`eval.batch_size`, kept as it was). Greedy responses draw no
-random numbers and come out the same at any batch size; on a CPU at tiny scale a few hundred
-rows per `generate` call cost ~1.2-1.8x less than 64 (fewer forward passes; each pass's cost
-grows with the rows it carries, so larger batches gain nothing more). `eval.greedy_batch_size`
-sets them apart. Imported only when an hf evaluation runs (importing lm-eval's hf model loads
+random numbers and come out the same at any batch size; on a CPU at tiny scale 512 rows per
+`generate` call cost ~1.1x less than 256 and 256 ~1.2-1.8x less than 64 (fewer forward passes,
+each with a fixed cost; 1024 gains nothing more). `eval.greedy_batch_size` sets them apart. Imported only when an hf evaluation runs (importing lm-eval's hf model loads
 transformers' generation stack).
 """
 

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 # what every cell imports anyway; a module missing here is imported by the cell itself
-PRELOAD = ["torch", "transformers", "mlflow", "lm_eval", "hacrl.job", "hacrl.train",
+PRELOAD = ["torch", "transformers", "mlflow", "mlflow.store.tracking.sqlalchemy_store",
+           "lm_eval", "hacrl.job", "hacrl.train",
            "hacrl.sweep.cell_run", "hacrl.evaluation.runner", "hacrl.evaluation.hf_lm",
            "hacrl.engines.local"]
 LOG_ENV = "HACRL_CELL_LOG"  # cell_run records it as the cell's log
@@ -72,6 +73,8 @@ class WarmPool:
         import cloudpickle
         from omegaconf import open_dict
 
+        from hacrl.config import default_kinds
+
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config,
                                                                           list(overrides))
         job: Any
@@ -79,8 +82,10 @@ class WarmPool:
             job.id = f"warm_{job_num}"
             job.num = job_num
         log.parent.mkdir(parents=True, exist_ok=True)
-        # cloudpickle: the task function is the one under @hydra.main, not importable by name
-        payload = cloudpickle.dumps((self.hydra_context, self.task_function, sweep_config))
+        # cloudpickle: the task function is the one under @hydra.main, not importable by name;
+        # the leaf kinds every job's validation needs, composed here once (not per cell)
+        payload = cloudpickle.dumps((self.hydra_context, self.task_function, sweep_config,
+                                     default_kinds()))
         child = self.context.Process(target=_child, args=(payload, str(log), timing),
                                      name=f"hacrl-cell-{job_num}")
         with self._lock:
@@ -230,7 +235,10 @@ def _child(payload: bytes, log: str, timing: bool) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobStatus, run_job, setup_globals
 
-    hydra_context, task_function, sweep_config = cloudpickle.loads(payload)
+    from hacrl.config import use_default_kinds
+
+    hydra_context, task_function, sweep_config, kinds = cloudpickle.loads(payload)
+    use_default_kinds(kinds)
     setup_globals()
     HydraConfig.instance().set_config(sweep_config)
     ret = run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
