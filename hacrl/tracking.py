@@ -7,8 +7,12 @@ reused pids) so a run whose process died can be marked KILLED. Tag names are
 
 from __future__ import annotations
 
+import functools
+import getpass
+import json
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -73,6 +77,32 @@ def process_alive(pid: int, token: str | None = None) -> bool:
     if pid <= 0 or not _pid_alive(pid):
         return False
     return token is None or process_token(pid) in (token, None)
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str:
+    """The commit of the checkout hacrl runs from ("unknown" outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def standard_tags(source: str) -> dict[str, str]:
+    """MLflow's own source tags (its UI shows them as the run's source, user and commit)."""
+    tags = {T.SOURCE_NAME: source, T.SOURCE_TYPE: "LOCAL", T.USER: _user()}
+    if (commit := git_commit()) != "unknown":
+        tags[T.SOURCE_COMMIT] = commit
+    return tags
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        return "unknown"
 
 
 # --- opening a store: checks up front, one lock, one-line errors ---------------------------
@@ -142,6 +172,22 @@ class Tracker:
         from mlflow.entities import RunTag
 
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_datasets(self, run_id: str,
+                     datasets: Sequence[tuple[str, str, str, int, str]]) -> None:
+        """MLflow dataset inputs of a run, one per (context, name, source URI, rows, sha256):
+        the UI's Datasets column. The digest holds the sha256's first 32 hex digits (MLflow
+        keeps 36 characters); the profile the whole of it and the row count."""
+        if not datasets:
+            return
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        inputs = [DatasetInput(Dataset(name=name, digest=sha[:32], source_type="local",
+                                       source=json.dumps({"uri": source}),
+                                       profile=json.dumps({"num_rows": rows, "sha256": sha})),
+                               tags=[InputTag("mlflow.data.context", context)])
+                  for context, name, source, rows, sha in datasets]
+        self.client.log_inputs(run_id, datasets=inputs)
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)

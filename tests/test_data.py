@@ -18,7 +18,7 @@ import pytest
 from hacrl.arith import load_split
 from hacrl.cli.data import add_parser, main, run
 from hacrl.config import ConfigError, compose
-from hacrl.data import DataError, DataMissing, load_rows, local_file, prepare
+from hacrl.data import DataError, DataMissing, load_rows, local_file, local_state, prepare
 from hacrl.data.convert import answer_text, last_boxed
 from hacrl.data.sources import HubUnreachable, load_sources
 
@@ -217,6 +217,11 @@ def test_tampered_file_is_refused(tmp_path: Path, hub: dict[str, Path]) -> None:
     path.write_text(path.read_text().replace('"27"', '"28"'))
     with pytest.raises(DataError, match=r"amc23\.jsonl is corrupt: .*--force"):
         local_file(cfg, "amc23")
+    # an intact copy of another version than the pinned one is stale, not corrupt
+    prepare(cfg, ["amc23"], force=True)
+    assert local_state(cfg, "amc23").status == "ok"
+    pinned = _cfg(tmp_path, hub, f"data.sources.amc23.sha256={'0' * 64}")
+    assert local_state(pinned, "amc23").status == "stale"
     # A changed catalog entry makes the copy stale rather than silently reused.
     prepare(cfg, ["amc23"], force=True)
     changed = _cfg(tmp_path, hub, "data.sources.amc23.keep=[url]")

@@ -3,6 +3,7 @@ metric histories, skip / force, SIGKILL and resume, determinism, failure."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -28,13 +29,13 @@ def _client(root: Path) -> MlflowClient:
 
 
 def _job_runs(client: MlflowClient) -> list:
-    exp = client.get_experiment_by_name("hacrl")
+    exp = client.get_experiment_by_name("hacrl-tiny")  # an experiment per scale
     runs = client.search_runs([exp.experiment_id], "tags.`hacrl.kind` = 'job'")
     return sorted(runs, key=lambda r: r.info.start_time)
 
 
 def _children(client: MlflowClient, run_id: str) -> dict[str, object]:
-    exp = client.get_experiment_by_name("hacrl")
+    exp = client.get_experiment_by_name("hacrl-tiny")
     runs = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{run_id}'")
     return {r.data.tags["model"]: r for r in runs}
 
@@ -88,6 +89,25 @@ def test_run_job_end_to_end(job_env, tmp_path, tiny_job, monkeypatch):
     assert params["algo.cross_clip_lower"] == "0.8" and params["seed"] == "0"
     assert "time/wall_s" in job.data.metrics
     assert "config.yaml" in {a.path for a in client.list_artifacts(job.info.run_id)}
+    # named for the runs list; the training config as params, the catalogs left to config.yaml
+    assert job.info.run_name == "hacpo · qwen3-1.7b-base+qwen3-4b-base · seed 0"
+    assert params["models.qwen3-4b-base.tiny"] == "qwen3-4b-base"
+    assert not [k for k in params if k.startswith(("models.qwen3-8b", "data.sources", "cell.",
+                                                   "output_root", "eval.protocols.ablation"))]
+    assert "eval.protocols.main.max_new_tokens" in params and len(params) < 120
+    # MLflow's own source tags, and the datasets the job read with their sha256
+    assert tags["mlflow.source.name"] == "hacrl train" and tags["mlflow.user"]
+    if _git_head() != "unknown":
+        assert tags["mlflow.source.git.commit"] == _git_head()
+    inputs = {(d.dataset.name, d.tags[0].value): d.dataset for d in job.inputs.dataset_inputs}
+    assert set(inputs) == {("train", "training"), ("tiny_amc23", "validation"),
+                           ("tiny_gsm8k", "evaluation"), ("tiny_aime2025", "evaluation")}
+    gsm8k = inputs[("tiny_gsm8k", "evaluation")]
+    sha = json.loads(gsm8k.profile)["sha256"]
+    assert gsm8k.digest == sha[:32]
+    file = Path(json.loads(gsm8k.source)["uri"].removeprefix("file://"))
+    assert sha == hashlib.sha256(file.read_bytes()).hexdigest()
+    assert json.loads(inputs[("train", "training")].source)["uri"] == "hacrl.arith:train"
 
     kids = _children(client, job.info.run_id)
     assert sorted(kids) == AGENTS
@@ -114,6 +134,11 @@ def test_run_job_end_to_end(job_env, tmp_path, tiny_job, monkeypatch):
                                                     + final["tiny_aime2025"][0][1]) / 2)
         assert summary["teams"][0]["final"][name]["eval/main/avg/acc"] == pytest.approx(
             final["avg"][0][1])
+        # ... and on the job run, so its row in the runs list is a results row
+        assert run.info.run_name == f"hacpo · {name}"
+        assert job.data.metrics[f"avg/{name}"] == pytest.approx(final["avg"][0][1])
+        assert job.data.metrics[f"acc/tiny_gsm8k/{name}"] == pytest.approx(
+            final["tiny_gsm8k"][0][1])
         # the evaluation ran through lm-eval with the recorded protocol, every response logged
         assert [s for s, _ in _history(client, run.info.run_id, "eval/main/tiny_aime2025/pass_at_4")
                 ] == [2]
@@ -305,3 +330,20 @@ def test_resumed_multi_team_job_keeps_the_finished_teams_history(job_env, new_ou
         assert [s for s, _ in _history(client, run.info.run_id, "reward/mean")] == [1, 2, 3, 4], name
         assert [s for s, _ in _history(client, run.info.run_id, "eval/main/avg/acc")] == [4], name
         assert [s for s, _ in _history(client, run.info.run_id, VAL)] == [0, 1, 2, 3, 4], name
+
+
+def test_a_job_with_a_report_hook_tells_its_phase_and_writes_lines(job_env, new_output_root,
+                                                                    tiny_job, capsys):
+    """What a sweep cell's job does: its phase and step to the hook (the cell's state file),
+    and readable lines on stdout (the cell's log) instead of a progress bar."""
+    seen: list[dict] = []
+    run_job(_spec(new_output_root(), tiny_job), report=seen.append)
+    assert seen == [{"phase": "training", "step": 0, "steps": 2},
+                    {"phase": "training", "step": 1, "steps": 2},
+                    {"phase": "training", "step": 2, "steps": 2}, {"phase": "evaluating"}]
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert any(" validation at step 0: val/tiny_amc23/acc qwen3-1.7b-base " in ln for ln in lines)
+    assert any(" step 2/2  reward qwen3-1.7b-base " in ln and ln.endswith(" s)") for ln in lines)
+    assert any(ln.endswith("evaluating qwen3-1.7b-base, qwen3-4b-base") for ln in lines)
+    assert "step/s" not in captured.err and "hacpo:" not in captured.err  # no bar

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -195,7 +196,27 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
     assert {r.data.tags["hacrl.cell"] for r in jobs} == {r["cell"] for r in rows
                                                          if r["status"] == "done"}
     assert all(Path(r["log"]).is_file() for r in rows)
+    # each cell's log reads as its story: progress, validation, final scores (or the error),
+    # without third-party progress bars
+    done_log = Path(next(r["log"] for r in rows if r["status"] == "done")).read_text()
+    for line in ("step 1/2  reward", "step 2/2  reward", "validation at step 2:", "AVG ",
+                 "done in"):
+        assert line in done_log, done_log
+    assert "it/s]" not in done_log and "Loading weights" not in done_log, done_log
+    failed_log = Path(failed["log"]).read_text()
+    assert "failed: ConfigError: algo.alpha=-1.0: must be >= 0" in failed_log, failed_log
     assert not _runs(root, "attributes.status = 'RUNNING'")
+    # the README's UI filters are valid MLflow searches, and the jobs one finds the jobs
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    filters = dict(re.findall(r"^\| (.+?) \| ``(.+?)`` \|$", readme, re.M))
+    assert filters, "the README's filter table"
+    for text in filters.values():
+        _runs(root, text.replace("table1", "mini"))  # raises on a bad filter
+    found = _runs(root, filters["Table 1's jobs"].replace("table1", "mini"))
+    assert {r.info.run_id for r in found} == {r.info.run_id for r in jobs}
+    assert {r.info.run_name for r in found} == {
+        "hacpo · qwen3-1.7b-base+qwen3-4b-base · seed 0", "gspo · qwen3-1.7b-base · seed 0",
+        "gspo · qwen3-4b-base · seed 0"}
     # the sweep ended by writing its report, also logged to MLflow
     assert (root / "reports" / "mini-tiny" / "index.html").is_file(), first.stderr
     assert "[hacrl sweep] report:" in first.stderr
@@ -212,7 +233,7 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
     status = subprocess.run([*hacrl_cmd, "status", "mini", f"output_root={root}"],
                             env=cli_env(root), capture_output=True, text=True, timeout=120)
     assert status.returncode == 0, status.stderr
-    assert "4 cells: 3 done, 1 failed" in status.stdout
+    assert "mini: 3 done, 0 running, 0 pending, 1 failed (4 cells" in status.stdout
 
 
 def test_a_cell_evaluated_on_fewer_benchmarks_is_evaluated_again_for_a_sweep_that_reads_all(

@@ -48,18 +48,28 @@ def _table(rows: Sequence[tuple[str, ...]]) -> str:
 def _prepare(data_cfg: Any, names: list[str], force: bool, scale: str | None) -> int:
     from hacrl.data.prepare import prepare_source, select_sources
     from hacrl.data.sources import DataError, HubUnreachable, data_root, instruction_text
+    from hacrl.progress import ItemProgress
 
     root, instruction = data_root(data_cfg), instruction_text(data_cfg)
     table: list[tuple[str, ...]] = []
     failed = 0
     unreachable: str | None = None
-    for source in select_sources(data_cfg, names or None, scale):
+    sources = select_sources(data_cfg, names or None, scale)
+    shown = ItemProgress("data", [s.name for s in sources])
+
+    def add(row: tuple[str, ...]) -> None:
+        table.append(row)
+        shown.finished(row[0], row[3] + (f", {row[1]} rows" if row[1] != "-" else ""))
+
+    for source in sources:
         path = str(root / f"{source.name}.jsonl")
         if unreachable and source.is_hub and not source.is_local_path:
             # One unreachable hub is enough: each further try only waits out the same retries.
-            table.append((source.name, "-", "-", "error: hub unreachable", path))
+            add((source.name, "-", "-", "error: hub unreachable", path))
             failed += 1
             continue
+        if source.is_hub and not source.is_local_path:
+            shown.note(source.name, f"fetching {source.hub_id} from the hub")
         try:
             result = prepare_source(source, root, instruction, force)
         except DataError as err:
@@ -69,11 +79,10 @@ def _prepare(data_cfg: Any, names: list[str], force: bool, scale: str | None) ->
                 status = "error: hub unreachable"
             else:
                 status = "error"
-            table.append((source.name, "-", "-", status, path))
+            add((source.name, "-", "-", status, path))
             failed += 1
             continue
-        table.append((source.name, str(result.rows), result.sha256[:12], result.status,
-                      str(result.path)))
+        add((source.name, str(result.rows), result.sha256[:12], result.status, str(result.path)))
     print(_table(table))
     if failed:
         print(f"hacrl: data prepare: {failed} of {len(table)} sources failed (see above)",

@@ -135,8 +135,11 @@ def _sweep(name: str, args: list[str]) -> int:
 
 
 def _status(args: argparse.Namespace, overrides: list[str]) -> int:
+    import time
+
     from hacrl.config import ConfigError, compose
     from hacrl.layout import Layout
+    from hacrl.sweep.progress import Tally
     from hacrl.sweep.state import cell_status, format_table, read_cells
     from hacrl.tracking import Tracker
 
@@ -155,11 +158,14 @@ def _status(args: argparse.Namespace, overrides: list[str]) -> int:
     tracker.reap_dead_runs()  # a run whose process died is KILLED, not RUNNING
     rows = [cell_status(cell, sweep_dir, tracker) for cell in cells]
     print(format_table(rows))
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
-    print(f"{args.name}: {len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(
-        counts.items())) + f" (asked {manifest.asked}, state in {sweep_dir})")
+    statuses = {r["cell"]: r["status"] for r in rows}
+    # elapsed and ETA since the sweep's latest start, while any of its cells runs
+    elapsed = time.time() - manifest.created if "running" in statuses.values() else 0.0
+    summary = Tally(cells, 1).summary(args.name, statuses, {r["cell"]: r for r in rows},
+                                      {c.id: c for c in cells}, elapsed)
+    if not elapsed:
+        summary = summary.split(" · ")[0]
+    print(f"{summary} ({len(rows)} cells, asked {manifest.asked}; state in {sweep_dir})")
     return 0
 
 

@@ -40,7 +40,8 @@ class LocalState:
     """What is on disk for one source. `status` is one of:
 
     ok (complete and matches the catalog), missing (no jsonl), no-meta, corrupt (sha256 or row
-    count differs from the meta or the pin), stale (prepared from other catalog settings).
+    count differs from its meta: edited or truncated), stale (intact, but prepared from other
+    catalog settings or not the version the catalog pins).
     """
 
     path: Path
@@ -77,8 +78,10 @@ def inspect(root: Path, source: Source, instruction: str) -> LocalState:
         return LocalState(path, "corrupt", rows, sha, f"it has {rows} rows, its meta says "
                           f"{meta.get('rows')}")
     if source.sha256 and sha != source.sha256:
-        return LocalState(path, "corrupt", rows, sha, f"its sha256 {sha[:12]} differs from the "
-                          f"pinned data.sources.{source.name}.sha256 {source.sha256[:12]}")
+        # intact (it matches its own meta), but not the version the catalog pins now: prepared
+        # by an older catalog or generator
+        return LocalState(path, "stale", rows, sha, f"its sha256 {sha[:12]} is not the pinned "
+                          f"data.sources.{source.name}.sha256 {source.sha256[:12]}")
     if source.rows is not None and rows != source.rows:
         return LocalState(path, "stale", rows, sha, f"it has {rows} rows, the catalog expects "
                           f"data.sources.{source.name}.rows={source.rows}")

@@ -26,7 +26,7 @@ from hacrl.layout import RunDir
 from hacrl.schema import eval_artifacts as A
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
-from hacrl.tracking import Tracker
+from hacrl.tracking import Tracker, standard_tags
 
 
 @dataclass
@@ -283,9 +283,10 @@ def standalone_run(tracker: Tracker, cfg: DictConfig, label: str, model_path: st
     query = T.where({T.KIND: T.EVAL, T.MODEL_PATH: model_path, T.SCALE: str(cfg.scale.name)})
     for run in tracker.find_runs(query):
         return str(run.info.run_id)
-    run_id = tracker.start_run(f"{method}:{label}", {
-        T.KIND: T.EVAL, T.METHOD: method, T.MODEL: label, T.SCALE: str(cfg.scale.name),
-        T.SEED: str(cfg.seed), T.MODEL_PATH: model_path, T.STEP: str(step)})
+    run_id = tracker.start_run(T.agent_run_name(method, label), {
+        **standard_tags("hacrl eval"), T.KIND: T.EVAL, T.METHOD: method, T.MODEL: label,
+        T.SCALE: str(cfg.scale.name), T.SEED: str(cfg.seed), T.MODEL_PATH: model_path,
+        T.STEP: str(step)})
     return run_id  # left RUNNING: the caller ends it FINISHED or FAILED after evaluating
 
 

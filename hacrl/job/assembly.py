@@ -19,7 +19,7 @@ from tqdm import tqdm
 from hacrl import checkpoint, faults
 from hacrl.config import AgentSpec, JobSpec
 from hacrl.errors import check_writable
-from hacrl.events import Schedule, run_steps
+from hacrl.events import Listener, Schedule, run_steps
 from hacrl.job.agents import agent_engine, before_job, job_dir, loop_settings, release_memory
 from hacrl.job.finishing import (
     PHASES,
@@ -31,9 +31,24 @@ from hacrl.job.finishing import (
     mark_done,
     repair,
 )
-from hacrl.job.listeners import Checkpointing, Progress, StepMetrics, Validation
+from hacrl.job.listeners import (
+    Checkpointing,
+    JobLog,
+    Progress,
+    Report,
+    StepMetrics,
+    Validation,
+)
 from hacrl.job.lock import Terminated, job_lock, on_sigterm, process_age_s
-from hacrl.job.runs import carry_over, finish, finished_job_run, previous_job_run, start_runs
+from hacrl.job.runs import (
+    carry_over,
+    finish,
+    finished_job_run,
+    log_scores,
+    previous_job_run,
+    start_runs,
+    system_metrics,
+)
 from hacrl.layout import RunDir, TeamDir
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.mlflow_store import resolve_uri
@@ -43,8 +58,11 @@ from hacrl.telemetry import peak_memory_metrics
 from hacrl.tracking import Tracker
 
 
-def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
-    """Train every team of the job; returns a summary (run ids, final metrics, phase times)."""
+def run_job(spec: JobSpec, progress: bool = True, report: Report | None = None) -> dict[str, Any]:
+    """Train every team of the job; returns a summary (run ids, final metrics, phase times).
+
+    `report` (a sweep cell's): the job's phase and step as they change, and readable lines on
+    stdout instead of the progress bar (`JobLog`)."""
     startup_s = process_age_s()
     c = spec.cfg
     if (done := before_job(c)) is not None:
@@ -57,16 +75,19 @@ def run_job(spec: JobSpec, progress: bool = True) -> dict[str, Any]:
     tracker = Tracker(resolve_uri(c.tracking.uri, spec.output_root), c.tracking.experiment)
     if not spec.method.trains:
         tracker.reap_dead_runs(spec.config_hash)
+        if report is not None:
+            report({"phase": "evaluating"})
         return evaluate_base(spec, tracker)
     with job_lock(layout.path, spec.config_hash):
         # this process alone trains this job now: any run of it still RUNNING (on any host)
         # belongs to a process that died, e.g. on a lost node
         tracker.reap_config_runs(spec.config_hash)
-        return _train_job(spec, tracker, layout, teams, startup_s, progress)
+        return _train_job(spec, tracker, layout, teams, startup_s,
+                          progress and report is None, report)
 
 
 def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[TeamDir],
-               startup_s: float, progress: bool) -> dict[str, Any]:
+               startup_s: float, progress: bool, report: Report | None) -> dict[str, Any]:
     c, directory = spec.cfg, layout.path
     steps = int(c.train.steps)
     if all(finished(t, steps) for t in teams) and not c.force:
@@ -95,11 +116,13 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
                                "run_dir": str(directory), "teams": team_results}
     started = time.perf_counter()
     phases = dict.fromkeys(PHASES, 0.0)
+    monitor = system_metrics(c, tracker, job_run)
     try:
         with tqdm(total=steps * len(teams), disable=not progress, desc=spec.method.name,
                   unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
             for team_agents, team in zip(spec.teams, teams, strict=True):
-                result = _run_team(spec, team_agents, team, tracker, agent_runs, previous, bar)
+                result = _run_team(spec, team_agents, team, tracker, agent_runs, previous, bar,
+                                   report)
                 team_results.append(result)
                 for phase in PHASES:
                     phases[phase] += float(result.get(phase, 0.0))
@@ -108,12 +131,16 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
                                       **{M.seconds(k): v for k, v in phases.items()},
                                       M.TRACKING: tracker.busy_s,
                                       **peak_memory_metrics()}, step=steps)
+        log_scores(tracker, job_run, {m: v for r in team_results
+                                      for m, v in (r.get("final") or {}).items()}, steps)
         faults.point("job_metrics")
         status = "FINISHED"
     except (KeyboardInterrupt, Terminated):
         status = "KILLED"
         raise
     finally:
+        if monitor is not None:
+            monitor.finish()
         if status != "KILLED":  # once killed, a repeated SIGTERM stays ignored (on_sigterm)
             signal.signal(signal.SIGTERM, handler_before)
         finish(tracker, list(agent_runs.values()), job_run, status)
@@ -123,7 +150,8 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
 
 
 def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tracker: Tracker,
-              agent_runs: dict[str, str], previous: dict[str, str] | None, bar: Any) -> dict:
+              agent_runs: dict[str, str], previous: dict[str, str] | None, bar: Any,
+              report: Report | None = None) -> dict:
     """Train one team from its last checkpoint, evaluate it, mark it done."""
     c = spec.cfg
     steps = int(c.train.steps)
@@ -156,9 +184,12 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
                             int(c.validation.max_new_tokens), grade, tracker, agent_runs)
     metrics = StepMetrics(tracker, agent_runs, [a.name for a in agents])
     setup_s = time.perf_counter() - setup_start
+    listeners: list[Listener] = [metrics, Progress(bar, [a.name for a in agents]), validation]
+    if report is not None:
+        team_name = f"team {team_dir.path.name}: " if len(spec.teams) > 1 else ""
+        listeners.append(JobLog([a.name for a in agents], steps, validation, report, team_name))
     run_steps(loop.step, start, Schedule(steps, val_every, int(c.train.save_every)),
-              [metrics, Progress(bar, [a.name for a in agents]), validation,
-               Checkpointing(team_dir, agents, loop)])
+              [*listeners, Checkpointing(team_dir, agents, loop)])
     validation_s = validation.seconds
     # (validation before the first step is subtracted too, as it always was: Table 7's train_s)
     train_s = time.perf_counter() - metrics.started - validation_s
@@ -171,8 +202,11 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
         # (on GPUs, vLLM needs the memory)
         for agent in agents:
             agent.engine.close()
-        del loop, agents, validation, metrics
+        del loop, agents, validation, metrics, listeners
         release_memory()
+        if report is not None:
+            report({"phase": "evaluating"})
+            print(f"evaluating {', '.join(names)}", flush=True)
         final = evaluate_final(spec, tracker, team_dir, {a.name: a.path for a in team}, agent_runs)
     # seconds of this process (not of an earlier, resumed one): for the overhead benchmark
     phases = {"setup_s": setup_s, "validation_s": validation_s,

@@ -19,7 +19,13 @@ from hacrl import checkpoint, faults
 from hacrl.config import JobSpec
 from hacrl.evaluation.runner import evaluate_into_run, latest_checkpoint, target_from_model
 from hacrl.fileio import write_atomic
-from hacrl.job.runs import agent_runs_of, finish, identity_tags, newest_unfinished_job_run
+from hacrl.job.runs import (
+    agent_runs_of,
+    finish,
+    identity_tags,
+    log_scores,
+    newest_unfinished_job_run,
+)
 from hacrl.layout import TeamDir
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
@@ -89,6 +95,8 @@ def repair(spec: JobSpec, tracker: Tracker, directory: Path,
         phases = {k: sum(float(r.get("phases", {}).get(k, 0.0)) for r in records)
                   for k in (*PHASES, "wall_s")}
         tracker.log_metrics(job_run, {M.seconds(k): v for k, v in phases.items()}, steps)
+        log_scores(tracker, job_run, {m: v for r in records
+                                      for m, v in (r.get("final") or {}).items()}, steps)
     finish(tracker, list(agent_runs.values()), job_run, "FINISHED")
     return {"job_run_id": job_run, "agent_run_ids": agent_runs, "run_dir": str(directory),
             "teams": records, "status": "FINISHED", "repaired": True}

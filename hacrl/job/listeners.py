@@ -2,14 +2,15 @@
 
 `StepMetrics` logs every agent's step metrics into its MLflow run, `Validation` runs the greedy
 validation when it is due, `Checkpointing` saves the team when a checkpoint is due, `Progress`
-moves the progress bar. Each reacts to its own events and ignores the others.
+moves the progress bar, `JobLog` writes readable lines for a log file and reports the job's
+phase and step (a sweep cell's state, which `hacrl sweep` and `hacrl status` show). Each reacts to its own events and ignores the others.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +94,13 @@ class Validation:
         self.tracker, self.agent_runs = tracker, agent_runs
         self.seconds = 0.0
         self.prompts: dict[str, list[list[int]]] = {}
+        self.last: dict[str, float] = {}  # accuracy per agent at the latest validation
 
     def __call__(self, event: Event) -> None:
         if not isinstance(event, ValidationDue):
             return
         tic = time.perf_counter()
+        self.last = {}
         for agent in self.agents:
             if agent.name not in self.prompts:
                 self.prompts[agent.name] = render_prompts(agent.engine.tokenizer, self.problems,
@@ -105,6 +108,7 @@ class Validation:
             acc = greedy_accuracy(agent.engine, self.problems, self.template, self.max_new_tokens,
                                   self.grade, self.prompts[agent.name])
             self.tracker.log_metrics(self.agent_runs[agent.name], {self.metric: acc}, event.step)
+            self.last[agent.name] = acc
         self.seconds += time.perf_counter() - tic
 
 
@@ -140,3 +144,43 @@ class Progress:
             rewards = zip(self.agents, event.result.agent_metrics, strict=True)
             self.bar.set_postfix_str(" ".join(f"{a}={m['reward/mean']:.2f}" for a, m in rewards))
             self.bar.update(1)
+
+
+Report = Callable[[dict[str, Any]], None]  # the job's phase and step, for whoever watches
+
+
+class JobLog:
+    """One readable line per step (each agent's mean reward, seconds per step) and per
+    validation (each agent's accuracy), on stdout (a sweep cell's log file), and the job's
+    progress as `{"phase": "training", "step": k, "steps": N}` to `report`. Listed after
+    `Validation`, whose results it prints."""
+
+    def __init__(self, agents: Sequence[str], steps: int, validation: Validation,
+                 report: Report, team: str = "") -> None:
+        self.agents, self.steps, self.validation = list(agents), steps, validation
+        self.report, self.team = report, team
+        self.tic = time.perf_counter()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TrainingStarts):
+            self.tic = time.perf_counter()
+            self.report({"phase": "training", "step": event.step, "steps": self.steps})
+            if event.step:
+                self._say(f"resumed at step {event.step}/{self.steps}")
+        elif isinstance(event, StepDone):
+            seconds, self.tic = time.perf_counter() - self.tic, time.perf_counter()
+            rewards = zip(self.agents, event.result.agent_metrics, strict=True)
+            self._say(f"step {event.step}/{self.steps}  reward "
+                      + "  ".join(f"{a} {m['reward/mean']:.3f}" for a, m in rewards)
+                      + f"  ({seconds:.1f} s)")
+            self.report({"phase": "training", "step": event.step, "steps": self.steps})
+        elif isinstance(event, ValidationDue) and self.validation.last:
+            self._say(f"validation at step {event.step}: {self.validation.metric} "
+                      + "  ".join(f"{a} {v:.3f}" for a, v in self.validation.last.items()))
+            self.tic = time.perf_counter()  # the next step's seconds are its own
+        elif isinstance(event, Failed):
+            self._say(f"failed at step {event.step}: {type(event.error).__name__}: "
+                      f"{str(event.error).strip().splitlines()[0] if str(event.error).strip() else ''}")
+
+    def _say(self, line: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {self.team}{line}", flush=True)

@@ -8,7 +8,8 @@ job is in the store (`finish`).
 
 from __future__ import annotations
 
-import subprocess
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +17,11 @@ from omegaconf import OmegaConf
 
 from hacrl import faults
 from hacrl.config import JobSpec
+from hacrl.evaluation.protocol import evaluated_benchmarks
+from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
-from hacrl.tracking import Tracker, flatten
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, timeout=5)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+from hacrl.tasks import load_problems
+from hacrl.tracking import Tracker, flatten, git_commit, standard_tags
 
 
 def identity_tags(spec: JobSpec) -> dict[str, str]:
@@ -48,16 +43,83 @@ def identity_tags(spec: JobSpec) -> dict[str, str]:
     return tags
 
 
+def training_params(spec: JobSpec) -> dict[str, str]:
+    """The job's training config as MLflow params, flattened: every key except the catalogs
+    (all models, data sources, evaluation protocols) and where outputs go. The catalogs are in
+    the job's config artifact; the job's own models and protocols are kept."""
+    tree = OmegaConf.to_container(spec.cfg, resolve=True)
+    assert isinstance(tree, dict)
+    for key in ("output_root", "force", "cell", "models"):
+        tree.pop(key, None)
+    tree.get("data", {}).pop("sources", None)
+    evaluation = tree.get("eval", {})
+    protocols = evaluation.pop("protocols", {}) or {}
+    evaluation["protocols"] = {k: v for k, v in protocols.items() if k in evaluation.get("use", [])}
+    tree["models"] = {a.name: spec.cfg.models.get(a.name) for a in spec.agents}
+    return flatten(OmegaConf.to_container(OmegaConf.create(tree), resolve=True))  # type: ignore[arg-type]
+
+
 def start_runs(spec: JobSpec, tracker: Tracker, directory: Path) -> tuple[str, dict[str, str]]:
-    """A new job run and its agents' runs (params: the whole resolved config, flattened)."""
+    """A new job run and its agents' runs, named for the runs list (`job_run_name`), with the
+    training config as params and the datasets the job reads as inputs."""
     c = spec.cfg
-    tags = {**identity_tags(spec), T.RUN_DIR: str(directory), T.KIND: T.JOB}
-    params = flatten(OmegaConf.to_container(c, resolve=True))  # type: ignore[arg-type]
-    job_run = tracker.start_run(f"{spec.method.name}:{tags[T.PAIR]}:s{c.seed}", tags, params)
-    agent_runs = {a.name: tracker.start_run(a.name, {**tags, T.MODEL: a.name, T.KIND: T.AGENT},
+    tags = {**identity_tags(spec), **standard_tags("hacrl train"), T.RUN_DIR: str(directory),
+            T.KIND: T.JOB}
+    params = training_params(spec)
+    method = spec.method.name
+    job_run = tracker.start_run(T.job_run_name(method, tags[T.PAIR], c.seed), tags, params)
+    agent_runs = {a.name: tracker.start_run(T.agent_run_name(method, a.name),
+                                            {**tags, T.MODEL: a.name, T.KIND: T.AGENT},
                                             params, parent_run_id=job_run)
                   for a in spec.agents}
+    tracker.log_datasets(job_run, job_datasets(c))
     return job_run, agent_runs
+
+
+def job_datasets(cfg: Any) -> list[tuple[str, str, str, int, str]]:
+    """(context, name, source, rows, sha256) of each dataset the job reads: its training split
+    and validation benchmark (files of `hacrl data prepare` under task=math; the embedded
+    arith splits otherwise, hashed from their problems) and its evaluation benchmarks (files)."""
+    from hacrl.data import local_file, local_state
+
+    def from_file(context: str, name: str) -> tuple[str, str, str, int, str]:
+        local_file(cfg.data, name)  # a synthetic benchmark is written on first use
+        state = local_state(cfg.data, name)
+        return (context, name, state.path.resolve().as_uri(), int(state.rows or 0),
+                str(state.sha256))
+
+    def embedded(context: str, name: str) -> tuple[str, str, str, int, str]:
+        problems = load_problems(cfg, name)
+        digest = hashlib.sha256()
+        for p in problems:
+            digest.update(json.dumps([p.uid, p.question, p.answer]).encode() + b"\n")
+        return context, name, f"hacrl.arith:{name}", len(problems), digest.hexdigest()
+
+    own = from_file if cfg.task.name == "math" else embedded
+    out = [own("training", str(cfg.task.train_split))]
+    if cfg.validation.every:
+        out.append(own("validation", str(cfg.validation.benchmark)))
+    if cfg.eval.at_end:
+        out += [from_file("evaluation", b) for b in evaluated_benchmarks(cfg.eval)]
+    return out
+
+
+def log_scores(tracker: Tracker, job_run: str, final: dict[str, dict[str, float]],
+               step: int) -> None:
+    """Each agent's final scores on the job run: `avg/<model>` and `acc/<benchmark>/<model>`
+    for the main protocol (`<protocol>/...` for others), so the runs list of job runs reads as
+    a results table."""
+    scores: dict[str, float] = {}
+    for model, metrics in final.items():
+        for name, value in metrics.items():
+            parts = name.split("/")
+            if len(parts) != 4 or parts[0] != "eval" or parts[3] != "acc":
+                continue
+            protocol, benchmark = parts[1], parts[2]
+            key = f"avg/{model}" if benchmark == M.AVG else f"acc/{benchmark}/{model}"
+            scores[key if protocol == "main" else f"{protocol}/{key}"] = value
+    if scores:
+        tracker.log_metrics(job_run, scores, step)
 
 
 def agent_runs_of(tracker: Tracker, job_run: str) -> dict[str, str]:
@@ -97,6 +159,18 @@ def carry_over(tracker: Tracker, previous: dict[str, str] | None, agent: str, ru
         tracker.copy_history(previous[agent], run, step)
         if evaluations:
             tracker.copy_eval_tags(previous[agent], run)
+
+
+def system_metrics(cfg: Any, tracker: Tracker, run_id: str) -> Any:
+    """MLflow's system-metrics sampler on `run_id`, started, when `tracking.system_metrics` is
+    on (else None); the caller calls its `finish()`."""
+    if not cfg.tracking.get("system_metrics"):
+        return None
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=10, tracking_uri=tracker.uri)
+    monitor.start()
+    return monitor
 
 
 def finish(tracker: Tracker, agent_runs: list[str], job_run: str, status: str) -> None:

@@ -45,6 +45,20 @@ HOST = "hacrl.host"
 # MLflow's own
 PARENT = "mlflow.parentRunId"
 RUN_NAME = "mlflow.runName"
+SOURCE_COMMIT = "mlflow.source.git.commit"   # the UI's "Source" column and run page show these
+SOURCE_NAME = "mlflow.source.name"
+SOURCE_TYPE = "mlflow.source.type"
+USER = "mlflow.user"
+
+def job_run_name(method: str, pair: str, seed: object) -> str:
+    """What the runs list shows for a job: `hacpo · qwen3-1.7b-base+qwen3-4b-base · seed 0`."""
+    return f"{method} · {pair} · seed {seed}"
+
+
+def agent_run_name(method: str, model: str) -> str:
+    """... and for one of its agents (or a base model's evaluation): `hacpo · qwen3-4b-base`."""
+    return f"{method} · {model}"
+
 
 EVAL_FIELDS = ("key", "benchmarks", "protocol", "backend", "model_path", "lm_eval", "step")
 

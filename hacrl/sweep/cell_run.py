@@ -11,6 +11,7 @@ import os
 import socket
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._beat, name="hacrl-heartbeat", daemon=True)
+        self._written = 0.0
 
     def __enter__(self) -> Heartbeat:
         self.write(self.state)
@@ -58,6 +60,15 @@ class Heartbeat:
     def write(self, state: dict[str, Any]) -> None:
         with self._lock:
             write_json(self.path, {**state, "heartbeat": time.time()})
+            self._written = time.time()
+
+    def update(self, fields: dict[str, Any]) -> None:
+        """The job's progress (phase, step) into the state: written at once when the phase
+        changes, else at most once a second (a tiny step takes about one)."""
+        changed = fields.get("phase") != self.state.get("phase")
+        self.state.update(fields)
+        if changed or time.time() - self._written >= 1.0:
+            self.write(self.state)
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -68,6 +79,56 @@ class Heartbeat:
                     write_json(self.path, {**self.state, "heartbeat": time.time()})
                 except OSError:  # a full or flaky disk: the next beat tries again
                     pass
+
+
+def quiet_third_parties() -> None:
+    """A cell's log holds its own lines: progress bars (lm-eval's, transformers' weight
+    loading) and library warnings off. Only in the cell's process: it is its own process under
+    every launcher (a warm fork, a submitit job, a SLURM task)."""
+    import logging
+    import warnings
+
+    import tqdm.std
+
+    plain_init = tqdm.std.tqdm.__init__
+    if not getattr(plain_init, "hacrl_quiet", False):
+        def quiet_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            plain_init(self, *args, **kwargs)
+
+        quiet_init.hacrl_quiet = True  # type: ignore[attr-defined]
+        tqdm.std.tqdm.__init__ = quiet_init  # type: ignore[method-assign]
+    warnings.filterwarnings("ignore")
+    for noisy in ("transformers", "datasets", "lm_eval", "lm-eval", "httpx", "urllib3",
+                  "torch", "mlflow", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def _overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except Exception:  # not under Hydra (tests call run_cell directly)
+        return []
+
+
+def print_scores(summary: dict[str, Any]) -> None:
+    """Each agent's final AVG and its benchmarks, one line per agent and protocol."""
+    for team in summary.get("teams") or []:
+        for agent, metrics in (team.get("final") or {}).items():
+            by_protocol: dict[str, dict[str, float]] = {}
+            for name, value in metrics.items():
+                parts = name.split("/")
+                if len(parts) == 4 and parts[0] == "eval" and parts[3] == "acc":
+                    by_protocol.setdefault(parts[1], {})[parts[2]] = value
+            for protocol, scores in by_protocol.items():
+                avg = scores.pop("avg", None)
+                head = f"AVG {avg:.3f}  " if avg is not None else ""
+                print(f"[{time.strftime('%H:%M:%S')}] {agent} ({protocol}): {head}"
+                      + "  ".join(f"{b} {v:.3f}" for b, v in sorted(scores.items())),
+                      flush=True)
 
 
 def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
@@ -83,10 +144,14 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
                              "pid_token": process_token(os.getpid()),
                              "host": socket.gethostname(), "log": _log_path(),
                              "started": started, "attempt": int(previous.get("attempt", 0)) + 1}
-    with Heartbeat(path, state):
+    quiet_third_parties()
+    print(f"[{time.strftime('%H:%M:%S')}] cell {cfg.cell.id}: {' '.join(_overrides())}",
+          flush=True)
+    with Heartbeat(path, state) as heartbeat:
         try:
-            summary = run_job(validate(cfg), progress=False)
+            summary = run_job(validate(cfg), progress=False, report=heartbeat.update)
         except BaseException as err:
+            traceback.print_exc()  # into the cell's log, below its last progress line
             kind = "killed" if isinstance(err, KeyboardInterrupt | Terminated) else "failed"
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             final = {**state, "status": kind, "error": f"{type(err).__name__}: {first}",
@@ -102,5 +167,9 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
             error = None
     write_json(path, final)  # after the heartbeat stopped: it cannot overwrite this
     if error is not None:
+        print(f"[{time.strftime('%H:%M:%S')}] {final['status']}: {final['error']}", flush=True)
         raise error
+    print_scores(summary)
+    print(f"[{time.strftime('%H:%M:%S')}] done in {final['seconds']:.0f} s; MLflow run(s) "
+          f"{final['run']}", flush=True)
     return {"cell": str(cfg.cell.id), "status": "done", "run": final["run"]}

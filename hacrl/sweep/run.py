@@ -31,6 +31,7 @@ from hacrl.layout import Layout, SweepDir
 from hacrl.mlflow_store import check_store, resolve_uri
 from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
 from hacrl.sweep.grid import SWEEP_DIR, Cell, Expansion, all_grids, expand, load_report_keys
+from hacrl.sweep.progress import LiveProgress
 from hacrl.sweep.state import DEADLINE_S, cell_status, format_table
 from hacrl.sweep.warm import WarmPool, populate_supported
 from hacrl.tracking import Tracker
@@ -133,14 +134,19 @@ class SweepRun:
         cost = [c for c in todo if c.cost]
         index = {c.id: i for i, c in enumerate(cells)}
         threads_per_job = int(first.engine.get("threads") or 1)
-        self._launch(main, index, outcome, self._parallel(threads_per_job), [], self.pool)
-        if cost:  # alone, after the others, forked like them when the sweep is warm
-            say(f"timing cells: {len(cost)} alone, one at a time, {self.cost_threads} thread(s)")
-            # a forked timing cell measures a cold process's peak RSS only where it can map
-            # its server's pages (Linux >= 5.14); elsewhere it runs cold, as before
-            pool = self.pool if self.pool is not None and populate_supported() else None
-            self._launch(cost, index, outcome, 1, [f"engine.threads={self.cost_threads}"],
-                         pool, timing=True)
+        parallel = self._parallel(threads_per_job)
+        self.progress = LiveProgress(self.name, [c for c in cells if c.id not in elsewhere],
+                                     self.sweep_dir, parallel, skipped)
+        with self.progress:
+            self._launch(main, index, outcome, parallel, [], self.pool)
+            if cost:  # alone, after the others, forked like them when the sweep is warm
+                say(f"timing cells: {len(cost)} alone, one at a time, "
+                    f"{self.cost_threads} thread(s)")
+                # a forked timing cell measures a cold process's peak RSS only where it can
+                # map its server's pages (Linux >= 5.14); elsewhere it runs cold, as before
+                pool = self.pool if self.pool is not None and populate_supported() else None
+                self._launch(cost, index, outcome, 1, [f"engine.threads={self.cost_threads}"],
+                             pool, timing=True)
 
         tracker.reap_dead_runs()
         rows = self._final_rows(cells, tracker, skipped, outcome, started)
@@ -231,10 +237,10 @@ class SweepRun:
             return
         say(f"running {len(cells)} cells, {parallel} at a time"
             + (" (warm: forked from one process that imported everything once)" if pool else ""))
-        done = 0
         futures: list[Any] = []
 
         def one(cell: Cell) -> tuple[Cell, str, float]:
+            self.progress.started_cell(cell.id)
             tic = time.perf_counter()
             overrides = self.with_arguments([*cell.job_overrides(), *extra])
             try:
@@ -255,9 +261,7 @@ class SweepRun:
                     cell, status, seconds = future.result()
                     outcome[cell.id] = status
                     self.walls[cell.id] = seconds
-                    done += 1
-                    say(f"[{done}/{len(cells)}] {status:<6} {cell.id} {cell.label} "
-                        f"({seconds:.0f} s)")
+                    self.progress.finished_cell(cell, status, seconds)
         except BaseException:  # Ctrl-C or a kill of the sweep: its warm cells end with it
             if pool is not None:
                 for future in futures:

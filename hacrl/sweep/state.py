@@ -131,17 +131,33 @@ def cell_status(cell: Cell, sweep_dir: Path, tracker: Tracker) -> dict[str, Any]
         status = "running" if alive(state) else "killed"
     elif status == "done":
         status = "incomplete"  # the job ended but its results are not all there (e.g. removed)
+    if status == "running":  # what it does now (hacrl.sweep.progress reads the same fields)
+        row.update({k: state[k] for k in ("phase", "step", "steps", "started") if k in state})
     return {**row, "status": status, "error": state.get("error", "")}
 
 
+def progress_text(row: dict[str, Any]) -> str:
+    """`training step 12/20, 0:31` for a running cell, `35 s` for a finished one."""
+    if row.get("status") == "running":
+        from hacrl.progress import duration
+        from hacrl.sweep.progress import phase_text
+
+        started = row.get("started")
+        ran = f", {duration(time.time() - started)}" if isinstance(started, int | float) else ""
+        return phase_text(row) + ran
+    seconds = row.get("seconds")
+    return f"{seconds:.0f} s" if isinstance(seconds, int | float) else ""
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-    cols = [("status", 10), ("cell", 12), ("what", 44), ("run", 32), ("log", 0)]
+    cols = [("status", 10), ("cell", 12), ("what", 44), ("progress", 26), ("run", 32),
+            ("log", 0)]
     lines = ["  ".join(f"{name:<{width}}" if width else name for name, width in cols)]
     for row in rows:
         what = str(row.get("what", ""))
         what = what if len(what) <= 44 else what[:41] + "..."
         values = [str(row.get("status", "")), str(row.get("cell", "")), what,
-                  str(row.get("run", ""))[:32], str(row.get("log", ""))]
+                  progress_text(row), str(row.get("run", ""))[:32], str(row.get("log", ""))]
         lines.append("  ".join(f"{v:<{w}}" if w else v for v, (_, w) in zip(values, cols,
                                                                              strict=True)))
         if row.get("error") and row.get("status") in ("failed", "killed"):

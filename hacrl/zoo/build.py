@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -24,7 +24,8 @@ import transformers
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from hacrl.arith import load_probe, load_split
-from hacrl.zoo.schedule import group_runs, schedule
+from hacrl.progress import ItemProgress
+from hacrl.zoo.schedule import expected_steps, group_runs, run_cost, schedule
 from hacrl.zoo.sft import SFTConfig, SFTResult, probe_accuracy, sft_train, sft_train_stages
 from hacrl.zoo.specs import ZOO, ZooSpec, make_config, shares_sft, validate_names
 from hacrl.zoo.tokenizers import FAMILIES, build_tokenizer
@@ -43,7 +44,6 @@ __all__ = [
 
 CARD_NAME = "zoo_card.json"
 _CARD_FORMAT = 1
-_log = logging.getLogger(__name__)
 transformers.utils.logging.disable_progress_bar()  # one bar per saved shard is noise here
 
 
@@ -130,11 +130,13 @@ def build_model(spec: ZooSpec, out_dir: str | Path, seed: int = 0) -> dict[str, 
 
 
 def build_models(
-    specs: Sequence[ZooSpec], out_dirs: Sequence[str | Path], seed: int = 0
+    specs: Sequence[ZooSpec], out_dirs: Sequence[str | Path], seed: int = 0,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """Build zoo models that share one SFT trajectory (see ``shares_sft``) with one SFT run;
     each is saved atomically into its ``out_dirs`` entry as soon as it reaches its target,
-    with the weights a separate ``build_model`` would give it. Returns their cards."""
+    with the weights a separate ``build_model`` would give it. Returns their cards.
+    ``progress``: a line on stderr every ~15 s of the run (step, probe accuracy, target)."""
     if not specs or len(specs) != len(out_dirs):
         raise ValueError("build_models needs one output directory per spec")
     lead = specs[0]
@@ -165,7 +167,21 @@ def build_models(
         _save_model_dir(model, tok, cards[i], finals[i])
 
     targets = [s.target_accuracy for s in specs]
-    sft_train_stages(model, tok, load_split("train"), cfg, load_probe(), targets, save)
+    shown = [t0]
+
+    def probed(step: int, acc: float) -> None:
+        if time.perf_counter() - shown[0] < 15.0:
+            return
+        shown[0] = time.perf_counter()
+        names = "+".join(s.name for s in specs)
+        goal = max((t for t in targets if t is not None), default=None)
+        expected = expected_steps(lead.name)
+        print(f"[zoo] {names}: SFT step {step}" + (f" of ~{expected}" if expected else "")
+              + f", probe accuracy {acc:.2f}" + (f" (target {goal:.2f})" if goal else "")
+              + f", {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    sft_train_stages(model, tok, load_split("train"), cfg, load_probe(), targets, save,
+                     probed if progress else None)
     return cards
 
 
@@ -209,7 +225,8 @@ def _summary(card: dict[str, Any]) -> str:
 
 def _build_in_worker(names: list[str], root: str, seed: int) -> list[dict[str, Any]]:
     torch.set_num_threads(1)
-    return build_models([ZOO[n] for n in names], [Path(root) / n for n in names], seed)
+    return build_models([ZOO[n] for n in names], [Path(root) / n for n in names], seed,
+                        progress=True)
 
 
 def build_zoo(
@@ -238,14 +255,17 @@ def build_zoo(
         else:
             todo.append(name)
     runs = schedule(group_runs(todo), workers)
+    # each model's share of its run's expected cost: the ETA weighs the long runs as such
+    shown = ItemProgress("zoo", todo, {n: run_cost(r) / len(r) for r in runs for n in r})
     if workers <= 1 or len(runs) <= 1:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
             for run in runs:
-                for card in build_models([ZOO[n] for n in run], [base / n for n in run], seed):
+                for card in build_models([ZOO[n] for n in run], [base / n for n in run], seed,
+                                         progress=True):
                     cards[card["name"]] = card
-                    _log.info("built %s: %s", card["name"], _summary(card))
+                    shown.finished(card["name"], _summary(card))
         finally:
             torch.set_num_threads(threads)
     else:
@@ -255,7 +275,7 @@ def build_zoo(
             for fut in as_completed(futures):
                 for card in fut.result():
                     cards[card["name"]] = card
-                    _log.info("built %s: %s", card["name"], _summary(card))
+                    shown.finished(card["name"], _summary(card))
     return {name: cards[name] for name in todo_names}
 
 

@@ -14,7 +14,7 @@ from itertools import permutations
 
 from hacrl.zoo.specs import ZOO, ZooSpec, shares_sft
 
-__all__ = ["finish_time", "group_runs", "run_cost", "schedule"]
+__all__ = ["expected_steps", "finish_time", "group_runs", "run_cost", "schedule"]
 
 # SFT steps each model took to reach its target in the seed-0 build of this zoo version
 # (the cards' sft_steps). How long SFT takes cannot be read off a spec, and only the order
@@ -50,6 +50,11 @@ def group_runs(names: Sequence[str]) -> list[list[str]]:
         else:
             runs.append([name])
     return runs
+
+
+def expected_steps(name: str) -> int | None:
+    """SFT steps model `name` took in the seed-0 build (progress lines); None if unknown."""
+    return _STEPS_SEEN.get(name)
 
 
 def _spec_cost(spec: ZooSpec) -> float:

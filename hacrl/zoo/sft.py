@@ -191,6 +191,7 @@ def sft_train_stages(
     probe: Sequence[Problem],
     targets: Sequence[float | None],
     on_stop: StopHook | None = None,
+    on_probe: Callable[[int, float], None] | None = None,
 ) -> list[SFTResult]:
     """One SFT run standing in for ``sft_train`` runs with ``target_accuracy`` = each of
     ``targets`` (``cfg.target_accuracy`` is not used); a result per target.
@@ -199,7 +200,7 @@ def sft_train_stages(
     runs share one trajectory up to where each stops: the run goes on until the last target
     stops, and ``on_stop(i, result)`` sees the model exactly as ``sft_train`` with target i
     would return it (same step, same weights, eval mode). A probe due for several targets at
-    one step runs once.
+    one step runs once. `on_probe(step, accuracy)` sees every probe (progress lines).
     """
     if not targets:
         raise ValueError("sft_train_stages needs at least one target")
@@ -230,6 +231,8 @@ def sft_train_stages(
             t_eval = time.perf_counter()
             acc = probe_accuracy(model, tokenizer, probe, max_new)
             seconds = time.perf_counter() - t_eval
+            if on_probe is not None:
+                on_probe(step, acc)
             for i in due:
                 if stages[i].record(step, acc, seconds):
                     stop(i, step, loss_value)
