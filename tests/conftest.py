@@ -102,7 +102,7 @@ def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from hacrl.tracking import Tracker
 
     path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    Tracker(f"sqlite:///{path}", "hacrl")
+    Tracker(f"sqlite:///{path}", "hacrl-tiny")
     return path
 
 

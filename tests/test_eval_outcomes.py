@@ -102,7 +102,7 @@ def test_eval_logs_outcomes_and_the_analysis_reads_them(job_env, new_output_root
                  f"eval.benchmarks=[{','.join(BENCH)}]", "eval.use=[main,ablation]",
                  "eval.protocols.main.limit=30", "eval.protocols.ablation.limit=30"]) == 0
     client = MlflowClient(_uri(root))
-    (run,) = client.search_runs([client.get_experiment_by_name("hacrl").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name("hacrl-tiny").experiment_id])
     run_id = run.info.run_id
     logged = _logged(client, run_id)
 
@@ -132,14 +132,14 @@ def test_eval_logs_outcomes_and_the_analysis_reads_them(job_env, new_output_root
 
     # the reader, through the store: a run with no outcomes (an evaluation logged before they
     # existed) is missing; one with an empty table is not missing, it has no rows
-    tracker = Tracker(_uri(root), "hacrl")
+    tracker = Tracker(_uri(root), "hacrl-tiny")
     old = tracker.start_run("old", {T.KIND: T.EVAL})
     tracker.log_metrics(old, {"eval/main/tiny_gsm8k/acc": 0.5}, 0)
     empty = tracker.start_run("empty", {T.KIND: T.EVAL})
     write_outcomes(pa.table({n: [] for n in TYPES}, schema=pa.schema(TYPES.items())), {}, {},
                    tmp_path / "empty" / A.OUTCOMES_FILE)
     tracker.log_artifact(empty, tmp_path / "empty" / A.OUTCOMES_FILE, A.folder("main"))
-    store = open_store(_uri(root))
+    store = open_store(_uri(root), "hacrl-tiny")
     downloads = _count_downloads(store)
     got = read_outcomes(store, [old, run_id, empty], "main")
     assert (got.found, got.missing) == ([run_id, empty], [old])
@@ -186,7 +186,7 @@ def test_final_evaluation_of_a_job_logs_outcomes(job_env, new_output_root, tiny_
     root = new_output_root()
     summary = run_job(validate(compose([*tiny_job, f"output_root={root}"])), progress=False)
     agents = list(summary["agent_run_ids"].values())
-    store = open_store(_uri(root))
+    store = open_store(_uri(root), "hacrl-tiny")
     got = read_outcomes(store, [summary["job_run_id"], *agents], "main")
     assert got.missing == [summary["job_run_id"]]  # the job run holds no evaluation
     assert got.found == agents

@@ -35,7 +35,7 @@ def _client(root: Path) -> MlflowClient:
 
 def _runs(root: Path, query: str = "") -> list:
     client = _client(root)
-    exp = client.get_experiment_by_name("hacrl")
+    exp = client.get_experiment_by_name("hacrl-tiny")
     return list(client.search_runs([exp.experiment_id], query)) if exp else []
 
 
@@ -384,7 +384,7 @@ def _cell(cell_id: str, run_dir: Path):
 def _tracker(root: Path):
     from hacrl.tracking import Tracker
 
-    return Tracker(f"sqlite:///{root / 'mlflow.db'}", "hacrl")
+    return Tracker(f"sqlite:///{root / 'mlflow.db'}", "hacrl-tiny")
 
 
 @pytest.mark.parametrize("state", [

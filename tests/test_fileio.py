@@ -48,7 +48,7 @@ def test_a_cell_stopped_by_sigterm_is_killed_not_failed(tmp_path: Path,
     from hacrl.sweep.cell_run import run_cell
     from hacrl.sweep.state import cell_state_path
 
-    def terminated(spec: object, progress: bool) -> dict:
+    def terminated(spec: object, progress: bool, report: object = None) -> dict:
         on_sigterm(signal.SIGTERM, None)  # what the job's handler does when SLURM stops it
         return {}
 

@@ -16,12 +16,13 @@ PACKAGES = ("hacrl", "analysis", "hydra_plugins")
 
 # bottom to top; a module belongs to the longest prefix that names it ("hacrl" alone: the root)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaves", ("hacrl", "hacrl.errors", "hacrl.faults", "hacrl.fileio", "hacrl.layout", "hacrl.schema")),
+    ("leaves", ("hacrl", "hacrl.errors", "hacrl.eta", "hacrl.faults", "hacrl.fileio", "hacrl.layout",
+                "hacrl.schema")),
     ("algo", ("hacrl.algo",)),
     ("primitives", ("hacrl.rollout", "hacrl.telemetry", "hacrl.verify", "hacrl.arith")),
     ("resources", ("hacrl.data", "hacrl.tasks", "hacrl.zoo", "hacrl.checkpoint",
                    "hacrl.pickle_audit", "hacrl.tracking", "hacrl.mlflow_store",
-                   "hacrl.evaluation", "hacrl.evaluation.protocol")),
+                   "hacrl.evaluation", "hacrl.evaluation.protocol", "hacrl.ui_views")),
     ("config", ("hacrl.config", "hacrl.config_leaves", "hacrl.settings")),
     ("engines", ("hacrl.engines",)),
     ("evaluation", ("hacrl.evaluation.greedy", "hacrl.evaluation.lmeval", "hacrl.evaluation.hf_lm",

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hacrl.progress import ItemProgress, duration, eta_seconds
+from hacrl.eta import ItemProgress, duration, eta_seconds
 from hacrl.sweep.grid import Cell
-from hacrl.sweep.progress import LiveProgress, Tally, done_share, phase_text
-from hacrl.sweep.state import cell_state_path, format_table
+from hacrl.sweep.progress import LiveProgress, Tally, done_share
+from hacrl.sweep.state import cell_state_path, format_table, phase_text
 
 
 def test_duration_and_eta() -> None:

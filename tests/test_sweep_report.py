@@ -214,7 +214,7 @@ def test_a_sweep_without_tables_says_so_in_one_line(new_output_root, capsys):
 def _agent_run(root: Path, config_hash: str, model: str, value: float) -> None:
     from hacrl.tracking import Tracker
 
-    tracker = Tracker(f"sqlite:///{root / 'mlflow.db'}", "hacrl")
+    tracker = Tracker(f"sqlite:///{root / 'mlflow.db'}", "hacrl-tiny")
     run = tracker.start_run("x", {"hacrl.kind": "agent", "config_hash": config_hash,
                                   "method": "hacpo", "model": model, "scale": "tiny"})
     tracker.log_metrics(run, {"eval/ablation/tiny_math500/acc": value}, 1)

@@ -70,3 +70,44 @@ def test_a_setting_other_than_output_root_is_one_line(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "output_root=PATH" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_views_show_each_sweeps_jobs_with_their_scores(tmp_path: Path) -> None:
+    """`hacrl ui` writes, per sweep of an experiment's jobs, an MLflow shared view: its filter
+    finds the sweep's jobs, its columns are method, pair, seed and each agent's AVG."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from hacrl.cli.ui import view_links
+    from hacrl.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "hacrl-tiny")
+    runs = {}
+    for method, sweeps, model in (("hacpo", "table1,seeds", "a"), ("gspo", "table1", "b"),
+                                  ("hacpo", "alpha", "a")):
+        run = tracker.start_run(f"{method} · p · seed 0", {
+            "hacrl.kind": "job", "hacrl.sweeps": sweeps, "method": method, "pair": "p",
+            "seed": "0"})
+        tracker.log_metrics(run, {f"avg/{model}": 0.5}, 1)
+        runs[(method, sweeps)] = run
+    tracker.start_run("hacpo · a", {"hacrl.kind": "agent", "hacrl.sweeps": "table1"})
+    lines = view_links(uri, "http://127.0.0.1:5000")
+    experiment = tracker.experiment_id
+    assert f"  hacrl-tiny, the jobs of sweep table1: http://127.0.0.1:5000/#/experiments/" \
+           f"{experiment}?viewStateShareKey=hacrl-table1" in lines
+    client = MlflowClient(uri)
+    tags = client.get_experiment(experiment).tags
+    assert {k for k in tags if k.startswith("mlflow.sharedViewState.")} == {
+        f"mlflow.sharedViewState.hacrl-{v}" for v in ("jobs", "table1", "seeds", "alpha")}
+    table1 = json.loads(tags["mlflow.sharedViewState.hacrl-table1"])
+    found = client.search_runs([experiment], table1["searchFilter"])
+    assert {r.info.run_id for r in found} == {runs[("hacpo", "table1,seeds")],
+                                              runs[("gspo", "table1")]}
+    assert table1["selectedColumns"][:5] == ["tags.`method`", "tags.`pair`", "tags.`seed`",
+                                             "metrics.`avg/a`", "metrics.`avg/b`"]
+    assert json.loads(tags["mlflow.sharedViewState.hacrl-alpha"])["selectedColumns"][3] == \
+        "metrics.`avg/a`"
+    # no store yet: nothing written, nothing said
+    assert view_links(f"sqlite:///{tmp_path / 'none' / 'mlflow.db'}", "http://x") == []

@@ -236,7 +236,7 @@ def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacr
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
 
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("hacrl")
+    exp = client.get_experiment_by_name("hacrl-tiny")
     jobs = sorted(client.search_runs([exp.experiment_id], "tags.`hacrl.kind` = 'job'"),
                   key=lambda r: r.info.start_time)
     assert [r.info.status for r in jobs] == ["KILLED", "FINISHED"]
@@ -260,7 +260,7 @@ def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacr
                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert third.returncode == 0, third.stderr[-3000:]
     straight = MlflowClient(tracking_uri=f"sqlite:///{straight_root / 'mlflow.db'}")
-    sexp = straight.get_experiment_by_name("hacrl")
+    sexp = straight.get_experiment_by_name("hacrl-tiny")
     skids = {r.data.tags["model"]: r for r in straight.search_runs(
         [sexp.experiment_id], "tags.`hacrl.kind` = 'agent'")}
     for name in TEAM:

@@ -48,7 +48,7 @@ def _table(rows: Sequence[tuple[str, ...]]) -> str:
 def _prepare(data_cfg: Any, names: list[str], force: bool, scale: str | None) -> int:
     from hacrl.data.prepare import prepare_source, select_sources
     from hacrl.data.sources import DataError, HubUnreachable, data_root, instruction_text
-    from hacrl.progress import ItemProgress
+    from hacrl.eta import ItemProgress
 
     root, instruction = data_root(data_cfg), instruction_text(data_cfg)
     table: list[tuple[str, ...]] = []

@@ -46,6 +46,34 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait()
 
 
+def view_links(store: str, base: str) -> list[str]:
+    """Write the results-table views of every hacrl experiment of the store
+    (`hacrl.ui_views`) and say where they open; nothing when the store has none yet."""
+    from hacrl.mlflow_store import sqlite_path
+
+    db = sqlite_path(store)
+    if db is not None and not db.is_file():
+        return []
+    try:
+        from mlflow.tracking import MlflowClient
+
+        from hacrl.ui_views import view_url, write_views
+
+        client = MlflowClient(store)
+        lines = []
+        for experiment in client.search_experiments():
+            if not experiment.name.startswith("hacrl"):
+                continue
+            for name, key in write_views(client, experiment.experiment_id).items():
+                what = "all jobs" if name == "jobs" else f"the jobs of sweep {name}"
+                lines.append(f"  {experiment.name}, {what}: "
+                             f"{view_url(base, experiment.experiment_id, key)}")
+        return ["views (runs named by method, pair and seed; each agent's AVG as a column):",
+                *lines] if lines else []
+    except Exception as err:  # the UI still opens; the views are a convenience
+        return [f"(no saved views: {type(err).__name__}: {str(err).splitlines()[0]})"]
+
+
 def serve(uri: str | None, output_root: str, port: int) -> int:
     from hacrl.mlflow_store import resolve_uri
 
@@ -53,6 +81,8 @@ def serve(uri: str | None, output_root: str, port: int) -> int:
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
            "MLFLOW_DISABLE_TELEMETRY": "true"}
     print(f"MLflow UI for {store} at http://127.0.0.1:{port} (Ctrl-C stops it)", file=sys.stderr)
+    for line in view_links(store, f"http://127.0.0.1:{port}"):
+        print(line, file=sys.stderr)
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store,
                              "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
                             env=env, start_new_session=True, preexec_fn=term_with_parent)

@@ -22,20 +22,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from hacrl.progress import duration, eta_seconds
+from hacrl.eta import duration, eta_seconds
 from hacrl.sweep.grid import Cell
-from hacrl.sweep.state import cell_state_path, read_json
+from hacrl.sweep.state import cell_state_path, phase_text, read_json
 
 TRAINING_SHARE = 0.75  # of a training cell's time; the rest is evaluation (tiny and paper)
 FINISHED = ("done", "failed", "skipped", "killed", "incomplete")
-
-
-def phase_text(state: dict[str, Any]) -> str:
-    """What a running cell does now, from its state file: `training step 12/20`, ..."""
-    phase = state.get("phase")
-    if phase == "training" and state.get("steps"):
-        return f"training step {state.get('step', 0)}/{state['steps']}"
-    return str(phase) if phase else "starting"
 
 
 def done_share(state: dict[str, Any], trains: bool) -> float:
@@ -162,4 +154,4 @@ class LiveProgress:
         self.out.flush()
 
 
-__all__ = ["LiveProgress", "Tally", "done_share", "phase_text", "running_line"]
+__all__ = ["LiveProgress", "Tally", "done_share", "running_line"]

@@ -136,11 +136,18 @@ def cell_status(cell: Cell, sweep_dir: Path, tracker: Tracker) -> dict[str, Any]
     return {**row, "status": status, "error": state.get("error", "")}
 
 
+def phase_text(state: dict[str, Any]) -> str:
+    """What a running cell does now, from its state file: `training step 12/20`, ..."""
+    phase = state.get("phase")
+    if phase == "training" and state.get("steps"):
+        return f"training step {state.get('step', 0)}/{state['steps']}"
+    return str(phase) if phase else "starting"
+
+
 def progress_text(row: dict[str, Any]) -> str:
     """`training step 12/20, 0:31` for a running cell, `35 s` for a finished one."""
     if row.get("status") == "running":
-        from hacrl.progress import duration
-        from hacrl.sweep.progress import phase_text
+        from hacrl.eta import duration
 
         started = row.get("started")
         ran = f", {duration(time.time() - started)}" if isinstance(started, int | float) else ""

@@ -24,7 +24,7 @@ import transformers
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from hacrl.arith import load_probe, load_split
-from hacrl.progress import ItemProgress
+from hacrl.eta import ItemProgress
 from hacrl.zoo.schedule import expected_steps, group_runs, run_cost, schedule
 from hacrl.zoo.sft import SFTConfig, SFTResult, probe_accuracy, sft_train, sft_train_stages
 from hacrl.zoo.specs import ZOO, ZooSpec, make_config, shares_sft, validate_names
