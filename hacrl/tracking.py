@@ -187,7 +187,16 @@ class Tracker:
                                        profile=json.dumps({"num_rows": rows, "sha256": sha})),
                                tags=[InputTag("mlflow.data.context", context)])
                   for context, name, source, rows, sha in datasets]
-        self.client.log_inputs(run_id, datasets=inputs)
+        for attempt in range(3):
+            try:
+                self.client.log_inputs(run_id, datasets=inputs)
+                return
+            except Exception as err:
+                # MLflow looks a dataset up, then inserts it: two jobs that start together can
+                # both insert the same one, and one of them fails on the unique key; once the
+                # other's row is in, the retry finds it and only links it to this run
+                if "UNIQUE constraint failed: datasets" not in str(err) or attempt == 2:
+                    raise
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)

@@ -258,3 +258,36 @@ def test_open_store_reads_an_existing_store(new_output_root: object) -> None:
     store = open_store(resolve_uri(None, root))
     assert store.runs.empty
     assert [p.name for p in root.iterdir()] == ["mlflow.db"]  # not even a lock file
+
+
+def test_a_dataset_two_jobs_log_at_once_is_linked_not_fatal(tmp_path: Path) -> None:
+    """MLflow looks a dataset up and then inserts it; two jobs starting together can both insert
+    it, and the loser fails on the unique key (seen in a sweep). `log_datasets` then tries again,
+    finds the other's row and links it; any other error still raises."""
+    from mlflow.exceptions import MlflowException
+
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "hacrl-tiny")
+    first, second = tracker.start_run("a", {}), tracker.start_run("b", {})
+    datasets = [("training", "train", "hacrl.arith:train", 5, "ab" * 32)]
+    tracker.log_datasets(first, datasets)
+    real, calls = tracker.client._client.log_inputs, []
+
+    def racing(run_id: str, datasets: object = None, **kw: object) -> object:
+        calls.append(run_id)
+        if len(calls) == 1:  # the other job's insert won
+            raise MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: "
+                                  "datasets.experiment_id, datasets.name, datasets.digest")
+        return real(run_id, datasets=datasets, **kw)
+
+    tracker.client._client.log_inputs = racing
+    tracker.log_datasets(second, datasets)
+    assert calls == [second, second]
+    inputs = tracker.client.get_run(second).inputs.dataset_inputs
+    assert [(d.dataset.name, d.dataset.digest) for d in inputs] == [("train", "ab" * 16)]
+
+    def broken(run_id: str, datasets: object = None, **kw: object) -> object:
+        raise MlflowException("something else")
+
+    tracker.client._client.log_inputs = broken
+    with pytest.raises(MlflowException, match="something else"):
+        tracker.log_datasets(second, datasets)

@@ -65,8 +65,9 @@ class Heartbeat:
     def update(self, fields: dict[str, Any]) -> None:
         """The job's progress (phase, step) into the state: written at once when the phase
         changes, else at most once a second (a tiny step takes about one)."""
-        changed = fields.get("phase") != self.state.get("phase")
-        self.state.update(fields)
+        with self._lock:  # the heartbeat thread copies the state under the same lock
+            changed = fields.get("phase") != self.state.get("phase")
+            self.state.update(fields)
         if changed or time.time() - self._written >= 1.0:
             self.write(self.state)
 
