@@ -2,7 +2,7 @@
 
 The MLflow UI keeps a shared view as an experiment tag `mlflow.sharedViewState.<key>` whose
 value is the runs page's state as JSON (search filter, sort, visible columns, ...) and opens it
-from a link `#/experiments/<id>?viewStateShareKey=<key>` (its "Share" button writes the same
+from a link `#/experiments/<id>/runs?viewStateShareKey=<key>` (its "Share" button writes the same
 tags). `hacrl ui` writes one view per sweep found among an experiment's job runs, plus one of all
 jobs, and prints their links: the runs named `<method> · <pair> · seed <s>` with the method,
 pair and seed tags and each agent's AVG (`avg/<model>`) as columns, newest first.
@@ -73,7 +73,7 @@ def write_views(client: Any, experiment_id: str) -> dict[str, str]:
 
 
 def view_url(base: str, experiment_id: str, key: str) -> str:
-    return f"{base}/#/experiments/{experiment_id}?viewStateShareKey={key}"
+    return f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={key}"
 
 
 __all__ = ["column", "jobs_filter", "view_state", "view_url", "write_views"]

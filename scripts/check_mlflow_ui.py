@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output_root", type=Path)
     parser.add_argument("--sweep", default="table1")
     parser.add_argument("--screenshot", type=Path, default=None)
-    parser.add_argument("--size", default="1800,1100", help="window size for the screenshot")
+    parser.add_argument("--size", default="2600,1100", help="window size for the screenshot")
     args = parser.parse_args(argv)
     binary = next((b for b in map(shutil.which, BINARIES) if b), None)
     if binary is None:
@@ -68,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                     break
             except OSError:
                 time.sleep(0.5)
-        dom = subprocess.run([binary, *FLAGS, "--dump-dom", url], capture_output=True,
-                             text=True, timeout=180).stdout
+        # wide: the runs table renders only the columns inside the window
+        dom = subprocess.run([binary, *FLAGS, "--window-size=3600,1200", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=180).stdout
         missing = [c for c in COLUMNS if f'col-id="{c}' not in dom]
         names = sorted(set(re.findall(r">([\w.+-]+ · [\w.+-]+ · seed \d+)<", dom)))
         print(f"{url}\n  columns: {', '.join(COLUMNS)}: "

@@ -58,14 +58,14 @@ def test_phase_and_share_of_a_running_cell() -> None:
 
 
 def test_tally_eta_counts_running_work_and_weighs_timing_cells() -> None:
-    cells = [_cell("a", 2.0), _cell("b", 2.0), _cell("c", 1.0, cost=True)]
+    cells = [_cell("a", 2.0), _cell("b", 2.0), _cell("c", 1.0, cost=True), _cell("d", 9.0)]
     tally = Tally(cells, parallel=2)
-    assert tally.total == 6.0  # the timing cell runs alone: its cost counts twice
-    line = tally.summary("t", {"a": "done", "b": "running", "c": "pending"},
+    assert tally.weight["c"] == 2.0  # the timing cell runs alone: its cost counts twice
+    line = tally.summary("t", {"a": "done", "b": "running", "c": "pending", "d": "skipped"},
                          {"b": {"phase": "training", "step": 2, "steps": 3}},
                          {c.id: c for c in cells}, elapsed=60.0)
-    # done: 2 + 2 * 0.75 * 2/3 = 3 of 6 units in 60 s: 60 s to go
-    assert line == "t: 1 done, 1 running, 1 pending · 1:00 elapsed · ETA 1:00"
+    # done: 2 + 2 * 0.75 * 2/3 = 3 of 6 units in 60 s: 60 s to go (d was done before: no time)
+    assert line == "t: 2 done, 1 running, 1 pending · 1:00 elapsed · ETA 1:00"
 
 
 def test_live_table_on_a_terminal_redraws_below_the_finished_lines(tmp_path: Path) -> None:

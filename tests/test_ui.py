@@ -96,7 +96,7 @@ def test_views_show_each_sweeps_jobs_with_their_scores(tmp_path: Path) -> None:
     lines = view_links(uri, "http://127.0.0.1:5000")
     experiment = tracker.experiment_id
     assert f"  hacrl-tiny, the jobs of sweep table1: http://127.0.0.1:5000/#/experiments/" \
-           f"{experiment}?viewStateShareKey=hacrl-table1" in lines
+           f"{experiment}/runs?viewStateShareKey=hacrl-table1" in lines
     client = MlflowClient(uri)
     tags = client.get_experiment(experiment).tags
     assert {k for k in tags if k.startswith("mlflow.sharedViewState.")} == {

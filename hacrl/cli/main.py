@@ -158,7 +158,9 @@ def _status(args: argparse.Namespace, overrides: list[str]) -> int:
     tracker.reap_dead_runs()  # a run whose process died is KILLED, not RUNNING
     rows = [cell_status(cell, sweep_dir, tracker) for cell in cells]
     print(format_table(rows))
-    statuses = {r["cell"]: r["status"] for r in rows}
+    # a cell that ended before the sweep's latest start took none of its time: out of the ETA
+    statuses = {r["cell"]: "skipped" if r["status"] == "done" and (r.get("ended") or 0)
+                < manifest.created else r["status"] for r in rows}
     # elapsed and ETA since the sweep's latest start, while any of its cells runs
     elapsed = time.time() - manifest.created if "running" in statuses.values() else 0.0
     summary = Tally(cells, 1).summary(args.name, statuses, {r["cell"]: r for r in rows},

@@ -66,16 +66,18 @@ def no_table_line(record: SweepManifest, uri: str) -> str | None:
 
 def run_sweep(run: SweepRun) -> list[dict[str, Any]]:
     """Check the sweep's report keys, run it, then write its report (also when cells failed:
-    the report is written, then SweepFailed goes on). A report that cannot be made is said
-    and does not change the sweep's outcome."""
-    from hacrl.sweep.run import SweepFailed
+    the report is written, then the sweep ends with one line and exit code 1, not a
+    traceback). A report that cannot be made is said and does not change the sweep's outcome."""
+    from hacrl.sweep.run import SweepFailed, say
 
     sweep_definition(run.name, run.sweep_dirs())  # an unknown key: before anything runs
     try:
         rows = run.execute()
-    except SweepFailed:
+    except SweepFailed as err:
         _report_after(run)
-        raise
+        say(f"{err}; their logs say why (`hacrl status {run.name}`), and this command run "
+            "again runs them again")
+        raise SystemExit(1) from None
     _report_after(run)
     return rows
 

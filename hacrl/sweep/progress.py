@@ -41,26 +41,29 @@ def done_share(state: dict[str, Any], trains: bool) -> float:
 
 
 class Tally:
-    """Counts, cost done and cost in all of a set of cells, for the summary line and ETA."""
+    """Counts, and the cost done of the cost to do in this sweep (cells done before it began,
+    "skipped", count as done but not in the ETA), for the summary line."""
 
     def __init__(self, cells: Iterable[Cell], parallel: int) -> None:
         self.weight = {c.id: max(c.estimate, 1e-6) * (parallel if c.cost else 1) for c in cells}
-        self.total = sum(self.weight.values())
 
     def summary(self, name: str, statuses: dict[str, str], states: dict[str, dict[str, Any]],
                 cells: dict[str, Cell], elapsed: float) -> str:
         counts = {s: 0 for s in ("done", "running", "pending", "failed")}
-        done_cost = 0.0
+        done_cost = total = 0.0
         for cid, status in statuses.items():
             key = "failed" if status in ("failed", "killed", "incomplete") else \
                 "done" if status in ("done", "skipped") else status
             counts[key] = counts.get(key, 0) + 1
+            if status == "skipped":  # done before this sweep started: none of its time
+                continue
+            total += self.weight.get(cid, 0.0)
             if status in FINISHED:
                 done_cost += self.weight.get(cid, 0.0)
             elif status == "running":
                 done_cost += self.weight.get(cid, 0.0) * done_share(states.get(cid, {}),
                                                                      cells[cid].trains)
-        left = eta_seconds(done_cost, self.total, elapsed)
+        left = eta_seconds(done_cost, total, elapsed)
         return (f"{name}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "failed")
                 + f" · {duration(elapsed)} elapsed"
                 + (f" · ETA {duration(left)}" if left is not None and counts["pending"]

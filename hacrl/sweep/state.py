@@ -123,7 +123,7 @@ def cell_status(cell: Cell, sweep_dir: Path, tracker: Tracker) -> dict[str, Any]
     found, run_id = artifacts_status(cell, tracker)
     row = {"cell": cell.id, "what": cell.label, "sweeps": ",".join(cell.sweeps),
            "run": run_id or state.get("run", ""), "log": state.get("log", ""),
-           "seconds": state.get("seconds")}
+           "seconds": state.get("seconds"), "ended": state.get("ended")}
     if found == "done":
         return {**row, "status": "done"}
     status = state.get("status", "pending")
