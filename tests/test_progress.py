@@ -81,7 +81,9 @@ def test_live_table_on_a_terminal_redraws_below_the_finished_lines(tmp_path: Pat
         time.sleep(0.3)
         drawn = out.getvalue()
         live.finished_cell(cells[0], "done", 12.0)
+        live.note("timing cells: 1 alone")  # the sweep's own lines go above the block
     text = out.getvalue()
+    assert "\x1b[J[hacrl sweep] timing cells: 1 alone\n[hacrl sweep] t: 1 done" in text
     assert "[hacrl sweep] t: 0 done, 2 running, 1 pending" in drawn
     assert "training step 3/20  5 s" in drawn and "evaluating" in drawn
     assert "\x1b[3F\x1b[J" in text  # the 3-line block erased before it is drawn again

@@ -123,6 +123,14 @@ class LiveProgress:
             if self.tty:
                 self._draw()
 
+    def note(self, message: str) -> None:
+        """A line of the sweep's own, written above the block (not through it)."""
+        with self._lock:
+            self._clear()
+            self._write(f"[hacrl sweep] {message}")
+            if self.tty:
+                self._draw()
+
     def lines(self) -> list[str]:
         """The block: the summary line, then one line per running cell."""
         states = {cid: read_json(cell_state_path(self.sweep_dir, cid))

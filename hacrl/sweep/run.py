@@ -140,8 +140,8 @@ class SweepRun:
         with self.progress:
             self._launch(main, index, outcome, parallel, [], self.pool)
             if cost:  # alone, after the others, forked like them when the sweep is warm
-                say(f"timing cells: {len(cost)} alone, one at a time, "
-                    f"{self.cost_threads} thread(s)")
+                self.progress.note(f"timing cells: {len(cost)} alone, one at a time, "
+                                   f"{self.cost_threads} thread(s)")
                 # a forked timing cell measures a cold process's peak RSS only where it can
                 # map its server's pages (Linux >= 5.14); elsewhere it runs cold, as before
                 pool = self.pool if self.pool is not None and populate_supported() else None
@@ -223,7 +223,7 @@ class SweepRun:
         if not cells:
             return
         if type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
-            say(f"submitting {len(cells)} cells as one job array")
+            self.progress.note(f"submitting {len(cells)} cells as one job array")
             try:
                 returns = self.launcher.launch(
                     [self.with_arguments([*c.job_overrides(), *extra]) for c in cells],
@@ -231,12 +231,13 @@ class SweepRun:
                 for cell, ret in zip(cells, returns, strict=True):
                     outcome[cell.id] = "done" if _ok(ret) else "failed"
             except Exception as err:  # a job failed: the table is built from the artifacts
-                say(f"job array ended with an error: {str(err).splitlines()[0] if str(err) else err}")
+                self.progress.note("job array ended with an error: "
+                                   f"{str(err).splitlines()[0] if str(err) else err}")
                 for cell in cells:
                     outcome.setdefault(cell.id, "failed")
             return
-        say(f"running {len(cells)} cells, {parallel} at a time"
-            + (" (warm: forked from one process that imported everything once)" if pool else ""))
+        self.progress.note(f"running {len(cells)} cells, {parallel} at a time" + (
+            " (warm: forked from one process that imported everything once)" if pool else ""))
         futures: list[Any] = []
 
         def one(cell: Cell) -> tuple[Cell, str, float]:
