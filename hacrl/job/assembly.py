@@ -206,7 +206,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
         release_memory()
         if report is not None:
             report({"phase": "evaluating"})
-            print(f"evaluating {', '.join(names)}", flush=True)
+            print(f"[{time.strftime('%H:%M:%S')}] evaluating {', '.join(names)}", flush=True)
         final = evaluate_final(spec, tracker, team_dir, {a.name: a.path for a in team}, agent_runs)
     # seconds of this process (not of an earlier, resumed one): for the overhead benchmark
     phases = {"setup_s": setup_s, "validation_s": validation_s,
