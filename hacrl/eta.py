@@ -25,6 +25,11 @@ def duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
+def log_line(text: str) -> None:
+    """`[HH:MM:SS] text` on stdout, flushed: a line of a job's log (a sweep cell's log file)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
 def eta_seconds(done: float, total: float, elapsed: float) -> float | None:
     """Seconds left if the remaining work goes at the pace of the work done; None before any."""
     if done <= 0 or total <= 0:
@@ -64,4 +69,4 @@ class ItemProgress:
         print(line, file=self.out, flush=True)
 
 
-__all__ = ["ItemProgress", "duration", "eta_seconds"]
+__all__ = ["ItemProgress", "duration", "eta_seconds", "log_line"]

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from hacrl import checkpoint, faults
 from hacrl.config import AgentSpec, JobSpec
 from hacrl.errors import check_writable
+from hacrl.eta import log_line
 from hacrl.events import Listener, Schedule, run_steps
 from hacrl.job.agents import agent_engine, before_job, job_dir, loop_settings, release_memory
 from hacrl.job.finishing import (
@@ -206,7 +207,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
         release_memory()
         if report is not None:
             report({"phase": "evaluating"})
-            print(f"[{time.strftime('%H:%M:%S')}] evaluating {', '.join(names)}", flush=True)
+            log_line(f"evaluating {', '.join(names)}")
         final = evaluate_final(spec, tracker, team_dir, {a.name: a.path for a in team}, agent_runs)
     # seconds of this process (not of an earlier, resumed one): for the overhead benchmark
     phases = {"setup_s": setup_s, "validation_s": validation_s,

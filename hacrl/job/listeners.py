@@ -16,6 +16,7 @@ from typing import Any
 
 from hacrl import checkpoint, faults
 from hacrl.arith import Problem
+from hacrl.eta import log_line
 from hacrl.evaluation.greedy import greedy_accuracy, render_prompts
 from hacrl.events import (
     CheckpointDue,
@@ -183,4 +184,4 @@ class JobLog:
                       f"{str(event.error).strip().splitlines()[0] if str(event.error).strip() else ''}")
 
     def _say(self, line: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {self.team}{line}", flush=True)
+        log_line(f"{self.team}{line}")

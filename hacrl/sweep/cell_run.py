@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from hacrl.eta import log_line
 from hacrl.fileio import write_json
 from hacrl.job.lock import Terminated
 from hacrl.sweep.state import HEARTBEAT_S, cell_state_path, read_json
@@ -127,9 +128,8 @@ def print_scores(summary: dict[str, Any]) -> None:
             for protocol, scores in by_protocol.items():
                 avg = scores.pop("avg", None)
                 head = f"AVG {avg:.3f}  " if avg is not None else ""
-                print(f"[{time.strftime('%H:%M:%S')}] {agent} ({protocol}): {head}"
-                      + "  ".join(f"{b} {v:.3f}" for b, v in sorted(scores.items())),
-                      flush=True)
+                log_line(f"{agent} ({protocol}): {head}"
+                         + "  ".join(f"{b} {v:.3f}" for b, v in sorted(scores.items())))
 
 
 def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
@@ -146,8 +146,7 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
                              "host": socket.gethostname(), "log": _log_path(),
                              "started": started, "attempt": int(previous.get("attempt", 0)) + 1}
     quiet_third_parties()
-    print(f"[{time.strftime('%H:%M:%S')}] cell {cfg.cell.id}: {' '.join(_overrides())}",
-          flush=True)
+    log_line(f"cell {cfg.cell.id}: {' '.join(_overrides())}")
     with Heartbeat(path, state) as heartbeat:
         try:
             summary = run_job(validate(cfg), progress=False, report=heartbeat.update)
@@ -168,9 +167,8 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
             error = None
     write_json(path, final)  # after the heartbeat stopped: it cannot overwrite this
     if error is not None:
-        print(f"[{time.strftime('%H:%M:%S')}] {final['status']}: {final['error']}", flush=True)
+        log_line(f"{final['status']}: {final['error']}")
         raise error
     print_scores(summary)
-    print(f"[{time.strftime('%H:%M:%S')}] done in {final['seconds']:.0f} s; MLflow run(s) "
-          f"{final['run']}", flush=True)
+    log_line(f"done in {final['seconds']:.0f} s; MLflow run(s) {final['run']}")
     return {"cell": str(cfg.cell.id), "status": "done", "run": final["run"]}
