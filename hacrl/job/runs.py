@@ -112,10 +112,10 @@ def log_scores(tracker: Tracker, job_run: str, final: dict[str, dict[str, float]
     scores: dict[str, float] = {}
     for model, metrics in final.items():
         for name, value in metrics.items():
-            parts = name.split("/")
-            if len(parts) != 4 or parts[0] != "eval" or parts[3] != "acc":
+            parsed = M.parse_eval(name)
+            if parsed is None or parsed[2] != "acc":
                 continue
-            protocol, benchmark = parts[1], parts[2]
+            protocol, benchmark, _ = parsed
             key = f"avg/{model}" if benchmark == M.AVG else f"acc/{benchmark}/{model}"
             scores[key if protocol == "main" else f"{protocol}/{key}"] = value
     if scores:

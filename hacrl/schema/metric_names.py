@@ -31,6 +31,14 @@ def eval_avg(protocol: str, measure: str = "acc") -> str:
     return eval_metric(protocol, AVG, measure)
 
 
+def parse_eval(name: str) -> tuple[str, str, str] | None:
+    """(protocol, benchmark or `avg`, measure) of an `eval_metric` name; None for others."""
+    parts = name.split("/")
+    if len(parts) != 4 or parts[0] != "eval":
+        return None
+    return parts[1], parts[2], parts[3]
+
+
 def eval_seconds(protocol: str) -> str:
     return f"time/eval_{protocol}_s"
 

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from hacrl.eta import log_line
 from hacrl.fileio import write_json
 from hacrl.job.lock import Terminated
+from hacrl.schema import metric_names as M
 from hacrl.sweep.state import HEARTBEAT_S, cell_state_path, read_json
 from hacrl.sweep.warm import LOG_ENV
 from hacrl.tracking import process_token
@@ -122,9 +123,9 @@ def print_scores(summary: dict[str, Any]) -> None:
         for agent, metrics in (team.get("final") or {}).items():
             by_protocol: dict[str, dict[str, float]] = {}
             for name, value in metrics.items():
-                parts = name.split("/")
-                if len(parts) == 4 and parts[0] == "eval" and parts[3] == "acc":
-                    by_protocol.setdefault(parts[1], {})[parts[2]] = value
+                parsed = M.parse_eval(name)
+                if parsed is not None and parsed[2] == "acc":
+                    by_protocol.setdefault(parsed[0], {})[parsed[1]] = value
             for protocol, scores in by_protocol.items():
                 avg = scores.pop("avg", None)
                 head = f"AVG {avg:.3f}  " if avg is not None else ""
