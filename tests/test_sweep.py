@@ -42,6 +42,29 @@ def test_table1_trains_single_agent_methods_once_per_agent() -> None:
         assert config_hash(compose(cell.overrides)) == cell.id
 
 
+def test_expansion_composes_each_set_of_group_choices_once(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain values (`seed=1337`) are applied to the config of their group choices composed
+    once: the same cells as composing every combination, 3 compositions instead of 15."""
+    from dataclasses import asdict
+
+    from hacrl.sweep import grid
+
+    asked: list[list[str]] = []
+    cached = expand("seeds", lambda o: asked.append(o) or compose(o))
+    monkeypatch.setattr(grid, "composing_once", lambda compose, dirs: compose)
+    each = expand("seeds", compose)
+    assert [asdict(c) for c in cached.cells] == [asdict(c) for c in each.cells]
+    assert len(asked) == 3 and len(each.cells) == 25  # 5 seeds x (hacpo + 2 gspo + 2 gspo_x2)
+    monkeypatch.undo()
+    # a key the config lacks is still Hydra's error, not a value added in memory
+    (tmp_path / "typo.yaml").write_text(
+        "hydra:\n  sweeper:\n    name: typo\n    grids:\n      - pair: size\n"
+        "        method: hacpo\n        algo.alpah: [1, 2]\n")
+    with pytest.raises(ConfigError, match="algo.alpah"):
+        expand("typo", compose, dirs=(tmp_path, SWEEP_DIR))
+
+
 def test_union_trains_shared_cells_once_and_evaluates_each_protocol(tmp_path: Path) -> None:
     (tmp_path / "union.yaml").write_text(
         "hydra:\n  sweeper:\n    name: union\n    include: [table1, seeds]\n")
