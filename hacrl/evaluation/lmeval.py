@@ -186,8 +186,40 @@ def evaluate_suite(make_lm: Callable[[], Any], manager: Any, seed: int,
         if task.get_config("num_fewshot") is None:
             task.set_config(key="num_fewshot", value=0)
         task.set_fewshot_seed(seed=seed)
+        rows_in_memory(task)
     return evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0, log_samples=True,
                     apply_chat_template=True, fewshot_as_multiturn=True, verbosity="ERROR")
+
+
+def rows_in_memory(task: Any) -> None:
+    """Hold each split of a loaded task as a list of row dicts instead of an Arrow dataset.
+
+    `evaluate` walks a task's documents twice (to build the requests, then to score them),
+    and `datasets` builds every row anew on each pass, one Python dict at a time through its
+    formatter (~0.4 s of a tiny evaluation's 7,300 rows); the rows come out the same when the
+    whole split is read once through the same formatter. A task whose `process_docs` expects
+    a `datasets.Dataset` keeps its dataset.
+    """
+    if (getattr(task.config, "process_docs", None) is not None
+            or getattr(getattr(task, "fewshot_cfg", None), "process_docs", None) is not None):
+        return
+    dataset = getattr(task, "dataset", None)
+    if not isinstance(dataset, dict):  # a DatasetDict is a dict of split -> Dataset
+        return
+    task.dataset = {split: split_rows(rows) for split, rows in dataset.items()}
+
+
+def split_rows(split: Any) -> Any:
+    """A `datasets.Dataset` as the list of the rows iterating it gives (other values as they
+    are): its columns read in one formatted slice, then zipped into rows."""
+    import datasets
+
+    if not isinstance(split, datasets.Dataset) or not split.column_names:
+        return split
+    columns = split[:]
+    names = list(columns)
+    return [dict(zip(names, values, strict=True))
+            for values in zip(*(columns[n] for n in names), strict=True)]
 
 
 def run_lm_eval(model_path: str, benchmarks: list[str], data_files: dict[str, Path],
