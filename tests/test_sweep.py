@@ -42,27 +42,44 @@ def test_table1_trains_single_agent_methods_once_per_agent() -> None:
         assert config_hash(compose(cell.overrides)) == cell.id
 
 
-def test_expansion_composes_each_set_of_group_choices_once(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_expansion_composes_each_set_of_group_choices_once(tmp_path: Path) -> None:
     """Plain values (`seed=1337`) are applied to the config of their group choices composed
     once: the same cells as composing every combination, 3 compositions instead of 15."""
     from dataclasses import asdict
 
-    from hacrl.sweep import grid
+    from hacrl.sweep.grid import composing_once
 
     asked: list[list[str]] = []
-    cached = expand("seeds", lambda o: asked.append(o) or compose(o))
-    monkeypatch.setattr(grid, "composing_once", lambda compose, dirs: compose)
-    each = expand("seeds", compose)
+    once = composing_once(lambda o: asked.append(o) or compose(o), (SWEEP_DIR,))
+    cached, each = expand("seeds", once), expand("seeds", compose)
     assert [asdict(c) for c in cached.cells] == [asdict(c) for c in each.cells]
     assert len(asked) == 3 and len(each.cells) == 25  # 5 seeds x (hacpo + 2 gspo + 2 gspo_x2)
-    monkeypatch.undo()
     # a key the config lacks is still Hydra's error, not a value added in memory
     (tmp_path / "typo.yaml").write_text(
         "hydra:\n  sweeper:\n    name: typo\n    grids:\n      - pair: size\n"
         "        method: hacpo\n        algo.alpah: [1, 2]\n")
+    dirs = (tmp_path, SWEEP_DIR)
     with pytest.raises(ConfigError, match="algo.alpah"):
-        expand("typo", compose, dirs=(tmp_path, SWEEP_DIR))
+        expand("typo", composing_once(compose, dirs), dirs=dirs)
+
+
+def test_a_key_the_command_line_sets_wins_over_the_grids(tmp_path, cli_env, hacrl_cmd,
+                                                         sweep_file) -> None:
+    """`hacrl sweep NAME seed=5 train.steps=7`: every cell gets the command line's values, over
+    a grid's axis (`seed`) and its `fixed` overrides (as Figure 3's `train.steps`)."""
+    configs = tmp_path / "configs" / "sweep"
+    sweep_file(configs, "cli", "[gspo, hacpo]",
+               grids="        seed: [0, 1]\n        fixed: [train.steps=50, algo.alpha=2]\n")
+    out = subprocess.run([*hacrl_cmd, "sweep", "cli", f"hydra.searchpath=[file://{configs.parent}]",
+                          f"output_root={tmp_path}", "seed=5", "train.steps=7",
+                          "hydra.sweeper.dry_run=true"], env=cli_env(tmp_path),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    cells = json.loads((tmp_path / "sweeps" / "cli" / "manifest.json").read_text())["cells"]
+    assert len(cells) == 3  # hacpo + gspo per agent, the two grid seeds folded into seed 5
+    assert {c["seed"] for c in cells} == {5}
+    assert {c["params"]["train.steps"] for c in cells} == {7}
+    assert {c["params"]["algo.alpha"] for c in cells} == {2}
 
 
 def test_union_trains_shared_cells_once_and_evaluates_each_protocol(tmp_path: Path) -> None:

@@ -262,8 +262,8 @@ class Expansion:
 
 
 def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Expansion:
-    """The distinct cells of sweep `name`, in first-asked order."""
-    compose = composing_once(compose, dirs)
+    """The distinct cells of sweep `name`, in first-asked order (`compose`: a cell's config
+    from its overrides; a sweep passes one that composes each set of group choices once)."""
     cells: dict[str, Cell] = {}
     wanted: dict[str, set[str] | None] = {}  # cell -> the benchmarks its grids read (None: all)
     asked = 0

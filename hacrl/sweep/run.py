@@ -30,7 +30,16 @@ from hacrl.fileio import write_json
 from hacrl.layout import Layout, SweepDir
 from hacrl.mlflow_store import check_store, resolve_uri
 from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
-from hacrl.sweep.grid import SWEEP_DIR, Cell, Expansion, all_grids, expand, load_report_keys
+from hacrl.sweep.grid import (
+    SWEEP_DIR,
+    Cell,
+    Compose,
+    Expansion,
+    all_grids,
+    composing_once,
+    expand,
+    load_report_keys,
+)
 from hacrl.sweep.progress import LiveProgress
 from hacrl.sweep.state import DEADLINE_S, cell_status, format_table
 from hacrl.sweep.warm import WarmPool, populate_supported
@@ -79,15 +88,26 @@ class SweepRun:
         # set by `execute` once the cells are known (what the report is made from)
         self.first: DictConfig | None = None
         self.manifest: SweepManifest | None = None
+        self._composing: Compose | None = None
+
+    def own(self, overrides: list[str]) -> list[str]:
+        """The cell's overrides less those of a key the command line sets (that one wins)."""
+        given = {a.split("=", 1)[0].lstrip("+~") for a in self.arguments}
+        return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in given]
 
     def with_arguments(self, overrides: list[str]) -> list[str]:
         """The command line's overrides, then the cell's (a key the command line sets wins)."""
-        given = {a.split("=", 1)[0].lstrip("+~") for a in self.arguments}
-        own = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in given]
-        return [*self.arguments, *own]
+        return [*self.arguments, *self.own(overrides)]
 
     def compose(self, overrides: list[str]) -> DictConfig:
-        cfg = self.loader.load_sweep_config(self.config, self.with_arguments(overrides))
+        """A cell's sweep config (the command line's overrides, then the cell's own), each set
+        of config-group choices composed once (`grid.composing_once`)."""
+        if self._composing is None:
+            self._composing = composing_once(self._load, self.sweep_dirs())
+        return self._composing(self.own(overrides))
+
+    def _load(self, overrides: list[str]) -> DictConfig:
+        cfg = self.loader.load_sweep_config(self.config, [*self.arguments, *overrides])
         assert isinstance(cfg, DictConfig)
         return cfg
 
