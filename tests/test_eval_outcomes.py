@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 import pandas as pd
@@ -147,10 +154,12 @@ def test_eval_logs_outcomes_and_the_analysis_reads_them(job_env, new_output_root
     assert (got.table["run_id"] == run_id).all()
     assert got.table.drop(columns="run_id").equals(frame)
     assert got.table["correct"].dtype == np.int8 and got.table["sample"].dtype == np.int32
-    assert downloads == [run_id, empty]
-    again = read_outcomes(store, [run_id, old], "main")  # nothing fetched a second time
-    assert downloads == [run_id, empty] and again.missing == [old]
-    assert again.table.equals(got.table)
+    # a sqlite store's artifacts are local files (file:// URIs): read in place, not copied
+    assert downloads == []
+    artifacts = Path(urlparse(client.get_run(run_id).info.artifact_uri).path)
+    assert store.artifact(run_id, A.outcomes("main")) == artifacts / A.outcomes("main")
+    again = read_outcomes(store, [run_id, old], "main")
+    assert again.missing == [old] and again.table.equals(got.table)
 
     # the protocol that shared main's evaluation (same settings) has the same outcomes
     ablation = read_outcomes(store, [run_id], "ablation")
@@ -162,6 +171,60 @@ def test_eval_logs_outcomes_and_the_analysis_reads_them(job_env, new_output_root
     ids = sorted(set(rows["problem"]))
     by_id = rows.groupby("problem")["correct"].mean()
     assert means["tiny_aime2025"].tolist() == [by_id[i] for i in ids]
+
+
+def test_outcomes_come_through_a_server_that_serves_the_artifacts(tmp_path):
+    """A store behind `mlflow ui` (the server `hacrl ui` starts): the runs' artifacts live at
+    `mlflow-artifacts:` URIs, which the reader downloads through the server, once per file."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "hacrl.cli", "ui", f"output_root={tmp_path}",
+                               "--port", str(port)], cwd=tmp_path,
+                              env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        uri = f"http://127.0.0.1:{port}"
+        _wait_for(uri, server)
+        client = MlflowClient(uri)
+        run_id = client.create_run(client.create_experiment("served")).info.run_id
+        table = pa.table({"benchmark": ["tiny_gsm8k"] * 2, "problem": ["p0", "p1"],
+                          "sample": [0, 0], "answer": ["4", ""], "correct": [1, 0]},
+                         schema=pa.schema(TYPES.items()))
+        pq.write_table(table, tmp_path / A.OUTCOMES_FILE)
+        client.log_artifact(run_id, str(tmp_path / A.OUTCOMES_FILE), A.folder("main"))
+        client.set_terminated(run_id)
+        assert client.get_run(run_id).info.artifact_uri.startswith("mlflow-artifacts:")
+
+        store = open_store(uri, "served")
+        downloads = _count_downloads(store)
+        got = read_outcomes(store, [run_id], "main")
+        assert got.found == [run_id] and downloads == [run_id]
+        assert got.table.drop(columns="run_id").equals(table.to_pandas())
+        assert read_outcomes(store, [run_id], "main").table.equals(got.table)
+        assert downloads == [run_id]  # fetched once per store
+        assert read_outcomes(store, [run_id], "other").missing == [run_id]
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(uri: str, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        assert server.poll() is None, "the MLflow server ended"
+        assert time.monotonic() < deadline, "the MLflow server never answered"
+        time.sleep(0.5)
 
 
 def _count_downloads(store: Any) -> list[str]:

@@ -186,7 +186,7 @@ def _zoo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     root = Path(args.root) if args.root else default_zoo_dir()
-    print(f"building the tiny zoo in {root} ({args.workers} workers; about 3.5-5.5 minutes on "
+    print(f"building the tiny zoo in {root} ({args.workers} workers; about 3.5-6 minutes on "
           "2 cores; models already built are kept)", file=sys.stderr)
     cards = build_zoo(root=root, names=args.names or None, seed=args.seed, workers=args.workers,
                       force=args.force)
