@@ -54,9 +54,10 @@ class Store:
         return self._curves[(run_id, key)]
 
     def artifact(self, run_id: str, path: str) -> Path | None:
-        """The local copy of a run's artifact file `path` (`eval/main/outcomes.parquet`), or
-        None when the run has no such file. Each (run, path) is asked for and downloaded once
-        per store: a report reading the same runs for several tables fetches nothing twice. A
+        """A local path of a run's artifact file `path` (`eval/main/outcomes.parquet`), or None
+        when the run has no such file: the file itself where the store keeps its artifacts on
+        this file system, else a copy downloaded once. Each (run, path) is asked for once per
+        store: a report reading the same runs for several tables fetches nothing twice. A
         forced re-evaluation replaces a run's artifacts: open the store again to see it."""
         key = (run_id, path)
         if key not in self._files:
