@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 import pandas as pd
@@ -89,7 +89,7 @@ class Store:
         parsed = urlparse(uri)
         if not uri or parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost"):
             return None
-        return Path(url2pathname(unquote(parsed.path)) if parsed.scheme else uri)
+        return Path(url2pathname(parsed.path) if parsed.scheme else uri)  # %20 -> space
 
     def select(self, **equal: Any) -> pd.DataFrame:
         """Rows whose columns equal the given values (tags compare as strings)."""
