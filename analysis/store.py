@@ -63,7 +63,7 @@ class Store:
         if key not in self._files:
             folder = self._local_artifacts(run_id)
             if folder is not None:  # a file:// artifact root: read in place, nothing to copy
-                self._files[key] = (folder / path) if (folder / path).is_file() else None
+                self._files[key] = file if (file := folder / path).is_file() else None
                 return self._files[key]
             parent, _, _ = path.rpartition("/")
             # listing first tells "not there" apart from a failed download
