@@ -127,6 +127,10 @@ def _get(cfg: DictConfig, key: str) -> Any:
 # so that e.g. the GSPO run of an agent is the same cell whichever pair asked for it)
 CROSS_AGENT_KEYS = ("alpha", "cross_clip_lower", "delta_step", "capability_window",
                     "capability_floor", "omega_clamp", "baseline_guard")
+# engine.old_logprobs (local engine): own rows' old log-probs from the sampler's logits, or from
+# a second forward; only `sampler` enters the identity, so `recompute` keeps the hashes of the
+# runs made before the choice existed (their numbers differ at float rounding, then diverge)
+OLD_LOGPROBS = ("sampler", "recompute")
 
 
 def training_identity(cfg: DictConfig) -> dict[str, Any]:
@@ -140,6 +144,8 @@ def training_identity(cfg: DictConfig) -> dict[str, Any]:
             ident[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     ident["scale"] = cfg.scale.name
     ident["engine"] = {"name": cfg.engine.name, "dtype": cfg.engine.dtype}
+    if cfg.engine.get("old_logprobs", "recompute") != "recompute":
+        ident["engine"]["old_logprobs"] = cfg.engine.old_logprobs
     if "data_dir" in ident.get("task", {}):
         ident["task"].pop("data_dir")
     method = METHODS.get(str(cfg.method.name))
@@ -256,7 +262,11 @@ def _batch_check(cfg: DictConfig, method: MethodSpec, estimator: AdvantageEstima
 
 
 def _engine_check(cfg: DictConfig) -> None:
-    """The engine's row batch sizes: positive integers (forward_rows may be auto)."""
+    """The engine's row batch sizes: positive integers (forward_rows may be auto); where the
+    old log-probs of own rows come from (engine.old_logprobs, the local engine)."""
+    choice = cfg.engine.get("old_logprobs")
+    if "old_logprobs" in cfg.engine and choice not in OLD_LOGPROBS:
+        raise ConfigError(f"engine.old_logprobs={choice}: use {' or '.join(OLD_LOGPROBS)}")
     for key in ("chunk_rows", "forward_rows"):
         value = cfg.engine.get(key)
         if key == "forward_rows" and value in (None, "auto"):

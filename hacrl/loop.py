@@ -155,7 +155,7 @@ class TeamLoop:
                 groups = agent.engine.generate(prompt_ids[k], self.group_size, self.settings.sampling)
                 trajs.append([
                     Trajectory(problems[p].uid, messages[p], agent.engine.decode(g.token_ids), k,
-                               g.token_ids, g.finished)
+                               g.token_ids, g.finished, source_logprobs=g.logprobs)
                     for p, group in enumerate(groups) for g in group])
         return trajs
 
@@ -182,12 +182,17 @@ class TeamLoop:
                           timers: list[PhaseTimer],
                           ) -> tuple[list[list[Tensor]], list[list[Tensor] | None]]:
         """Step 4: each agent's log-probs of its own responses before any update (recorded on the
-        trajectories as their source log-probs), and the reference's when there is a KL term."""
+        trajectories as their source log-probs), and the reference's when there is a KL term.
+        Where the engine's sampler scored its tokens (`Generation.logprobs`), those are the
+        own log-probs: the same policy, no second forward."""
         own_logp: list[list[Tensor]] = []
         ref_logp: list[list[Tensor] | None] = []
         for k, agent in enumerate(self.agents):
             with timers[k].phase("logprob"):
-                own_logp.append(agent.engine.log_probs(own_views[k]))
+                sampled = [t.source_logprobs for t in trajs[k]]
+                own_logp.append([torch.tensor(lp) for lp in sampled if lp is not None]
+                                if all(lp is not None for lp in sampled)
+                                else agent.engine.log_probs(own_views[k]))
                 ref_logp.append(agent.engine.log_probs(own_views[k], reference=True)
                                 if self.settings.loss.kl_coef > 0 else None)
             for t, lp in zip(trajs[k], own_logp[k], strict=True):

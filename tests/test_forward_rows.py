@@ -36,12 +36,16 @@ def _engine(path: Path, forward_rows: int) -> LocalEngine:
     return LocalEngine(str(path), lr=1e-3, device="cpu", forward_rows=forward_rows)
 
 
-def test_log_probs_are_identical_in_small_row_batches(micro_zoo: Path) -> None:
+def test_log_probs_are_the_same_in_small_row_batches(micro_zoo: Path) -> None:
     views, _ = _rows(21)
     whole = _engine(micro_zoo / "qwen3-4b-base", 10_000).log_probs(views)
     small = _engine(micro_zoo / "qwen3-4b-base", 4).log_probs(views)
     assert len(whole) == len(small) == 21
-    assert all(torch.equal(a, b) for a, b in zip(whole, small, strict=True))
+    assert [len(a) for a in whole] == [len(v.response_ids) for v in views]
+    # bit-identical on some CPUs; others' BLAS rounds differently by row count (~2e-6), while
+    # a padding or alignment slip would move a log-prob by far more
+    for a, b in zip(whole, small, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
 def test_an_update_in_small_row_batches_equals_the_one_pass_update(micro_zoo: Path) -> None:

@@ -73,10 +73,11 @@ class Recorder(Engine):
 
 def make_loop(zoo: Path, names: list[str], method: str, grade, *, prompts: int = P,
               minibatch: int = MB, group: int = G, kl: float = 0.0, max_new_tokens: int = 16,
-              **settings):
+              old_logprobs: str = "sampler", **settings):
     spec = METHODS[method]
     log: list[tuple] = []
-    engines = [Recorder(n, LocalEngine(str(zoo / n), lr=1e-3, device="cpu", reference=kl > 0), log)
+    engines = [Recorder(n, LocalEngine(str(zoo / n), lr=1e-3, device="cpu", reference=kl > 0,
+                                       old_logprobs=old_logprobs), log)
                for n in names]
     loss = LossConfig(ratio=spec.ratio, loss_agg=spec.loss_agg, clip_low=spec.clip_low,
                       clip_high=spec.clip_high, alpha=1.0, delta=0.2, delta_step=0.025,
@@ -258,10 +259,14 @@ def test_all_log_probs_before_any_update(micro_zoo, lenient_grader, method):
     assert kinds.count("generate") == 2
 
 
-def test_naive_scores_borrowed_rows_with_the_target_hacpo_does_not(micro_zoo, lenient_grader):
+@pytest.mark.parametrize("old_logprobs", ["sampler", "recompute"])
+def test_naive_scores_borrowed_rows_with_the_target_hacpo_does_not(micro_zoo, lenient_grader,
+                                                                   old_logprobs):
+    own_calls = 1 if old_logprobs == "recompute" else 0  # the sampler scored the own rows
     for method in ("naive", "hacpo"):
         seed_everything(0)
-        loop, engines, _ = make_loop(micro_zoo, [QWEN, LLAMA], method, lenient_grader)
+        loop, engines, _ = make_loop(micro_zoo, [QWEN, LLAMA], method, lenient_grader,
+                                     old_logprobs=old_logprobs)
         loop.step(1)
         for engine in engines:
             own = set(engine.generated)
@@ -269,16 +274,16 @@ def test_naive_scores_borrowed_rows_with_the_target_hacpo_does_not(micro_zoo, le
             scored_borrowed = [v for views in calls for v in views if v.response_ids not in own]
             borrowed_rows = [v for views, batch, _ in engine.train_calls
                              for v, o in zip(views, batch.own.tolist(), strict=True) if not o]
+            assert all(len(v) == P * G for v in calls)
             if method == "naive":
-                assert len(calls) == 2
+                assert len(calls) == own_calls + 1
                 assert sorted(v.response_ids for v in scored_borrowed) == sorted(
                     v.response_ids for v in borrowed_rows)
                 # their old log-probs are the target's own, not zeros
                 olds = [batch.old_logp[~batch.own] for _, batch, _ in engine.train_calls]
                 assert any(bool((o != 0).any()) for o in olds)
             else:
-                assert len(calls) == 1 and not scored_borrowed
-                assert all(len(v) == P * G for v in calls)
+                assert len(calls) == own_calls and not scored_borrowed
 
 
 def test_sample_order_own_first(micro_zoo, lenient_grader):

@@ -66,10 +66,17 @@ class EngineContext:
 
 @dataclass(frozen=True)
 class Generation:
-    """One sampled response: token ids (EOS included when finished)."""
+    """One sampled response: token ids (EOS included when finished).
+
+    `logprobs`, when the engine's sampler has them: the sampling policy's log-prob of each of
+    `token_ids` (log-softmax of the logits at the rollout temperature, before top-p), which
+    are the step's old log-probs of the agent's own rows; None makes the loop compute them
+    with `Engine.log_probs`.
+    """
 
     token_ids: list[int]
     finished: bool
+    logprobs: list[float] | None = None
 
 
 class Engine(ABC):

@@ -8,9 +8,15 @@ cost is mostly fixed), while a log-prob or update forward of small models on a C
 bound and runs fastest when a batch's activations stay in the core's cache, so it goes
 `forward_rows` rows at a time (measured on the tiny zoo, 2-core Xeon: 32-row forwards are ~1.4x
 faster for log-probs and ~1.15x for updates than 256-512-row ones), rows of about the same
-length together. Log-probs come out bit-identical; an update's gradient is accumulated over the
-row batches with each row's exact share of the loss, equal to the one-pass gradient up to float
-rounding.
+length together. Log-probs equal the one-pass ones up to float rounding (bit-identical on that
+Xeon; within ~2e-6 on an AMD EPYC, whose BLAS rounds differently by row count); an update's
+gradient is accumulated over the row batches with each row's exact share of the loss, equal to
+the one-pass gradient up to float rounding.
+
+The old log-probs of an agent's own rows come from its sampler (`engine.old_logprobs=sampler`):
+`generate` has computed every sampled token's logits already with the same weights, so a second
+forward over those rows would only repeat that work up to float rounding (|diff| ~1e-5).
+`recompute` runs that forward, as before the choice existed (and keeps those runs' hashes).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from transformers.utils import logging as hf_logging
 
 from hacrl.algo import Denominators, LossBatch
 from hacrl.algo.metrics import add_micro_batch
+from hacrl.config import OLD_LOGPROBS, ConfigError
 from hacrl.engines.attention import use_decode_attention
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, register_engine
 from hacrl.engines.sampling import hf_sample
@@ -53,8 +60,6 @@ def resolve_forward_rows(value: int | str | None, device: torch.device) -> int |
     if value in (None, "auto"):
         return CPU_FORWARD_ROWS if device.type == "cpu" else None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        from hacrl.errors import ConfigError
-
         raise ConfigError(f"engine.forward_rows={value!r}: must be a positive integer or auto")
     return value
 
@@ -72,8 +77,12 @@ class LocalEngine(Engine):
                  weight_decay: float = 0.0, grad_clip: float = 1.0, device: str = "auto",
                  dtype: str = "float32", reference: bool = False, temperature: float = 1.0,
                  micro_batch_rows: int | None = None, chunk_rows: int = 512,
-                 forward_rows: int | str | None = "auto",
+                 forward_rows: int | str | None = "auto", old_logprobs: str = "sampler",
                  context: Any = None) -> None:  # context: the job's, not needed here
+        if old_logprobs not in OLD_LOGPROBS:
+            raise ConfigError(f"engine.old_logprobs={old_logprobs!r}: use "
+                              f"{' or '.join(OLD_LOGPROBS)}")
+        self.old_logprobs = old_logprobs
         self.device = pick_device(device)
         self.forward_rows = resolve_forward_rows(forward_rows, self.device)
         self.model_path = model_path
@@ -107,8 +116,11 @@ class LocalEngine(Engine):
         return [out[p * n:(p + 1) * n] for p in range(len(prompt_ids))]
 
     def _generate_chunk(self, rows: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        # the sampler's log-probs are the own rows' old log-probs: no second forward over them
+        temperature = self.temperature if self.old_logprobs == "sampler" else None
         return hf_sample(self.model, rows, sampling, pad_id=self.pad_id,
-                         eos=eos_id(self.tokenizer), device=self.device)
+                         eos=eos_id(self.tokenizer), device=self.device,
+                         logprobs_temperature=temperature)
 
     # -- log-probs ----------------------------------------------------------------------------
     def _response_logprobs(self, model: torch.nn.Module, views: list[TokenView],

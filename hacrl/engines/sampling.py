@@ -18,12 +18,17 @@ from hacrl.rollout import SamplingParams
 
 @torch.no_grad()
 def hf_sample(model: Any, rows: list[list[int]], sampling: SamplingParams, *, pad_id: int,
-              eos: int, device: torch.device | str = "cpu") -> list[Generation]:
+              eos: int, device: torch.device | str = "cpu",
+              logprobs_temperature: float | None = None) -> list[Generation]:
     """One response per row of prompt ids (batched `generate`, left padding, a preallocated
     KV cache: `hacrl.engines.kv_cache`).
 
     A response ends with its EOS (kept, `finished`) or at `max_new_tokens` (unfinished).
     Sampling draws from torch's global RNG on `device`: seed it for reproducible responses.
+    With `logprobs_temperature` (and sampling), each response also carries its tokens'
+    log-probs from the logits `generate` computed anyway: log-softmax(logits / temperature),
+    the same quantity a forward over prompt + response gives (`LocalEngine.log_probs`, equal
+    up to float rounding), so the step need not run that forward again.
     """
     width = max(len(r) for r in rows)
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -41,14 +46,23 @@ def hf_sample(model: Any, rows: list[list[int]], sampling: SamplingParams, *, pa
     else:
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
                       top_k=0)
-    sequences = model.generate(input_ids=input_ids.to(device),
-                               attention_mask=attention.to(device), **kwargs)
+    score_at = None if sampling.greedy else logprobs_temperature
+    if score_at is not None:  # the raw logits of every step, before temperature and top-p
+        kwargs.update(output_logits=True, return_dict_in_generate=True)
+    out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                         **kwargs)
+    new_tokens = (out if score_at is None else out.sequences)[:, width:]
+    token_logp: list[list[float]] | None = None
+    if score_at is not None:
+        logits = torch.stack(out.logits, dim=1).float() / score_at  # [B, T, V]
+        token_logp = (torch.log_softmax(logits, dim=-1)
+                      .gather(-1, new_tokens[..., None]).squeeze(-1).cpu().tolist())
     gens = []
-    for tokens in sequences[:, width:].tolist():
-        if eos in tokens:
-            gens.append(Generation(tokens[:tokens.index(eos) + 1], True))
-        else:
-            gens.append(Generation(tokens, False))
+    for b, tokens in enumerate(new_tokens.tolist()):
+        finished = eos in tokens
+        end = tokens.index(eos) + 1 if finished else len(tokens)
+        logp = token_logp[b][:end] if token_logp is not None else None
+        gens.append(Generation(tokens[:end], finished, logp))
     return gens
 
 

@@ -44,6 +44,7 @@ def agent_engine(spec: JobSpec, agent: AgentSpec, index: int, team_size: int, ro
                        temperature=float(c.rollout.temperature),
                        micro_batch_rows=c.train.micro_batch_rows, chunk_rows=c.engine.chunk_rows,
                        forward_rows=c.engine.get("forward_rows"),
+                       old_logprobs=c.engine.get("old_logprobs", "recompute"),
                        context=context)
 
 
