@@ -14,6 +14,11 @@ Paper-scale hashes are unchanged (its Table 1 keeps one seed).
 Migration (issue 14, the 30-minute paper sweep): tiny trains 20 steps instead of 25 (Figure 3:
 50 instead of 62), so the 104 tiny training cells have new hashes and train again; the base
 and timing cells (scale.cost_steps, unchanged) keep theirs. Paper scale is unchanged.
+
+Migration (issue 14, old log-probs from the sampler): the local engine's `engine.old_logprobs`
+defaults to `sampler`, which enters the identity, so the 125 tiny training cells (timing cells
+included) have new hashes and train again; `engine.old_logprobs=recompute` gives back the old
+hashes and the runs made with them. The 7 base cells and paper scale (verl) are unchanged.
 """
 
 from __future__ import annotations
