@@ -42,6 +42,17 @@ def test_table1_trains_single_agent_methods_once_per_agent() -> None:
         assert config_hash(compose(cell.overrides)) == cell.id
 
 
+@pytest.mark.parametrize("cell_id", ["4355196216e7", "0e6620930112", "843811173378", "000000000123"])
+def test_a_cell_id_that_looks_like_a_number_reaches_its_job_as_written(cell_id: str) -> None:
+    """Config hashes are hex: ~0.7% of them read as a float or an int unless quoted, which
+    named the job's state file 4.355196216e+16.json while the sweep watched 4355196216e7.json."""
+    from dataclasses import replace
+
+    cell = replace(expand("table1", compose).cells[0], id=cell_id)
+    cfg = compose(cell.job_overrides())
+    assert cfg.cell.id == cell_id and isinstance(cfg.cell.id, str)
+
+
 def test_expansion_composes_each_set_of_group_choices_once(tmp_path: Path) -> None:
     """Plain values (`seed=1337`) are applied to the config of their group choices composed
     once: the same cells as composing every combination, 3 compositions instead of 15."""

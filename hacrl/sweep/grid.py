@@ -70,7 +70,9 @@ class Cell(CellRecord):
         """Overrides of the launched job: the cell's own, its protocols and its identity tags."""
         only = [f"eval.only=[{','.join(self.benchmarks)}]"] if self.benchmarks else []
         return [*self.overrides, f"eval.use=[{','.join(self.protocols)}]", *only,
-                f"cell.id={self.id}", f"cell.sweeps=[{','.join(self.sweeps)}]"]
+                # quoted: Hydra reads an unquoted hex id like 4355196216e7 or 843811173378 as a
+                # number (4.355196216e+16), and the job's state file would miss the sweep's name
+                f"cell.id='{self.id}'", f"cell.sweeps=[{','.join(self.sweeps)}]"]
 
 
 def sweep_file(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Path:
