@@ -74,13 +74,17 @@ def cell_rows(root: Path) -> list[dict]:
     return rows
 
 
-def final_scores(root: Path) -> dict[tuple[str, str], dict[str, float]]:
-    """(config hash, model) -> the run's eval/ and val/ metrics, from the MLflow store."""
+def final_scores(root: Path) -> dict[tuple[str, ...], dict[str, float]]:
+    """(pair, method, seed, timing repeat, model) -> the run's eval/ and val/ metrics, from the
+    MLflow store (not keyed by config hash: a revision may hash the same cell differently)."""
     from mlflow.tracking import MlflowClient
+
+    from hacrl.schema import tags as T
 
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    return {(r.data.tags.get("config_hash", ""), r.data.tags.get("model", "")):
+    return {tuple(r.data.tags.get(t, "") for t in (T.PAIR, T.METHOD, T.SEED, T.TIMING_REPEAT,
+                                                   T.MODEL)):
             {k: v for k, v in r.data.metrics.items() if k.startswith(("eval/", "val/"))}
             for r in runs if any(k.startswith(("eval/", "val/")) for k in r.data.metrics)}
 
