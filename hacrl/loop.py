@@ -189,9 +189,9 @@ class TeamLoop:
         ref_logp: list[list[Tensor] | None] = []
         for k, agent in enumerate(self.agents):
             with timers[k].phase("logprob"):
-                sampled = [t.source_logprobs for t in trajs[k]]
-                own_logp.append([torch.tensor(lp) for lp in sampled if lp is not None]
-                                if all(lp is not None for lp in sampled)
+                sampled = [t.source_logprobs for t in trajs[k] if t.source_logprobs is not None]
+                own_logp.append([torch.tensor(lp) for lp in sampled]
+                                if len(sampled) == len(trajs[k])  # the sampler scored them all
                                 else agent.engine.log_probs(own_views[k]))
                 ref_logp.append(agent.engine.log_probs(own_views[k], reference=True)
                                 if self.settings.loss.kl_coef > 0 else None)
