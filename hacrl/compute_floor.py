@@ -6,7 +6,8 @@ prompt width, tokens generated; rows and width of each log-prob and update forwa
 the same shapes are replayed as bare model calls:
 
     generate  one batched prefill forward, then one forward per generated token with the KV
-              cache (the next token by argmax: sampling itself is not the floor's business)
+              cache (the next token by argmax: sampling itself is not the floor's business);
+              the lean decoder's forwards where the engine samples with it
     logprob   no-grad forwards over the recorded rows, log-softmax and gather of the targets
     update    forwards, log-softmax and gather, backwards, gradient clipping and an AdamW step,
               on a copy of the model (the real engine's weights are left alone)
@@ -35,6 +36,7 @@ import torch
 
 from hacrl.config import ConfigError, JobSpec, compose, validate
 from hacrl.engines.base import Engine
+from hacrl.engines.lean_decoder import lean_decoder
 from hacrl.job import agent_engine, job_dir, loop_settings
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.tasks import grader, load_problems
@@ -92,6 +94,17 @@ def _timed(work: Callable[[], object]) -> float:
 def generate_floor(model: Any, rows: int, prompt: int, new_tokens: int) -> float:
     """Seconds of a prefill over [rows, prompt] and new_tokens - 1 cached one-token forwards."""
     ids = torch.randint(int(model.config.vocab_size), (rows, prompt))
+    decoder = lean_decoder(model)
+    if decoder is not None:  # the forwards the engine's sampler runs (`hacrl.engines.lean_decoder`)
+        lean = decoder
+
+        def lean_work() -> None:
+            lean.start(torch.ones_like(ids), prompt + new_tokens)
+            logits = lean.prefill(ids)
+            for index in range(max(0, new_tokens - 1)):
+                logits = lean.step(logits.argmax(-1), index)
+
+        return _timed(lean_work)
 
     def work() -> None:
         out = model(input_ids=ids, use_cache=True)

@@ -130,6 +130,17 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def transformers_generate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampling through transformers' `generate` (as on a GPU or for other architectures), not
+    the lean decoder the zoo's models get on a CPU: for tests of that path."""
+    from hacrl.engines import sampling
+    from hacrl.evaluation import hf_lm
+
+    monkeypatch.setattr(sampling, "lean_decoder", lambda model: None)
+    monkeypatch.setattr(hf_lm, "lean_decoder", lambda model: None)
+
+
 @pytest.fixture(scope="session")
 def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """HACRL_DATA for tests: local data copies (tiny sources are written on demand) in tmp."""

@@ -14,6 +14,10 @@ from hacrl.engines.attention import DECODE_ATTENTION, use_decode_attention
 from hacrl.engines.sampling import hf_sample
 from hacrl.rollout import SamplingParams
 
+# transformers' `generate` path (GPUs, other architectures): the zoo's models on a CPU take the
+# lean decoder (`tests/test_lean_decoder.py`)
+pytestmark = pytest.mark.usefixtures("transformers_generate")
+
 
 def _models(path: Path) -> tuple[torch.nn.Module, torch.nn.Module]:
     from transformers import AutoModelForCausalLM

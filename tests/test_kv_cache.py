@@ -16,6 +16,10 @@ from hacrl.engines.kv_cache import PreallocatedCache, PreallocatedLayer, preallo
 from hacrl.engines.sampling import hf_sample
 from hacrl.rollout import SamplingParams
 
+# transformers' `generate` path (GPUs, other architectures): the zoo's models on a CPU take the
+# lean decoder (`tests/test_lean_decoder.py`)
+pytestmark = pytest.mark.usefixtures("transformers_generate")
+
 
 def _rows(tokenizer: Any) -> list[list[int]]:
     texts = ["What is 12+34?", "What is 7*46?", "Hi", "What is 12+34+56? Think."]

@@ -13,6 +13,7 @@ import torch
 
 from hacrl.engines.base import Generation
 from hacrl.engines.kv_cache import preallocated_cache
+from hacrl.engines.lean_decoder import lean_decoder, lean_generate
 from hacrl.rollout import SamplingParams
 
 
@@ -36,6 +37,36 @@ def hf_sample(model: Any, rows: list[list[int]], sampling: SamplingParams, *, pa
     for b, ids in enumerate(rows):  # left padding: the prompts end where generation starts
         input_ids[b, width - len(ids):] = torch.tensor(ids)
         attention[b, width - len(ids):] = 1
+    score_at = None if sampling.greedy else logprobs_temperature
+    decoder = lean_decoder(model) if torch.device(device).type == "cpu" else None
+    if decoder is not None:  # the zoo's models on a CPU: the same tokens, ~1.4x faster
+        new_tokens, logits = lean_generate(
+            decoder, input_ids, attention, max_new_tokens=sampling.max_new_tokens, eos=[eos],
+            pad_id=pad_id, greedy=sampling.greedy, temperature=sampling.temperature,
+            top_p=sampling.top_p, keep_logits=score_at is not None)
+    else:
+        new_tokens, logits = _generate(model, input_ids.to(device), attention.to(device),
+                                       sampling, pad_id=pad_id, eos=eos,
+                                       keep_logits=score_at is not None)
+    token_logp: list[list[float]] | None = None
+    if logits is not None and score_at is not None:
+        token_logp = (torch.log_softmax(logits.float() / score_at, dim=-1)
+                      .gather(-1, new_tokens[..., None]).squeeze(-1).cpu().tolist())
+    gens = []
+    for b, tokens in enumerate(new_tokens.tolist()):
+        finished = eos in tokens
+        end = tokens.index(eos) + 1 if finished else len(tokens)
+        logp = token_logp[b][:end] if token_logp is not None else None
+        gens.append(Generation(tokens[:end], finished, logp))
+    return gens
+
+
+def _generate(model: Any, input_ids: torch.Tensor, attention: torch.Tensor,
+              sampling: SamplingParams, *, pad_id: int, eos: int,
+              keep_logits: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """HF `generate`: the new tokens [B, T'] and, with `keep_logits`, the raw logits [B, T', V]
+    of every step, before temperature and top-p."""
+    width = input_ids.shape[1]
     kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=eos,
                                   pad_token_id=pad_id)
     cache = preallocated_cache(model, width + sampling.max_new_tokens)
@@ -46,24 +77,12 @@ def hf_sample(model: Any, rows: list[list[int]], sampling: SamplingParams, *, pa
     else:
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
                       top_k=0)
-    score_at = None if sampling.greedy else logprobs_temperature
-    if score_at is not None:  # the raw logits of every step, before temperature and top-p
+    if keep_logits:
         kwargs.update(output_logits=True, return_dict_in_generate=True)
-    out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                         **kwargs)
-    new_tokens = (out if score_at is None else out.sequences)[:, width:]
-    token_logp: list[list[float]] | None = None
-    if score_at is not None:
-        logits = torch.stack(out.logits, dim=1).float() / score_at  # [B, T, V]
-        token_logp = (torch.log_softmax(logits, dim=-1)
-                      .gather(-1, new_tokens[..., None]).squeeze(-1).cpu().tolist())
-    gens = []
-    for b, tokens in enumerate(new_tokens.tolist()):
-        finished = eos in tokens
-        end = tokens.index(eos) + 1 if finished else len(tokens)
-        logp = token_logp[b][:end] if token_logp is not None else None
-        gens.append(Generation(tokens[:end], finished, logp))
-    return gens
+    out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+    if not keep_logits:
+        return out[:, width:], None
+    return out.sequences[:, width:], torch.stack(out.logits, dim=1)
 
 
 __all__ = ["hf_sample"]

@@ -28,11 +28,16 @@ from lm_eval.models.huggingface import HFLM
 
 from hacrl.engines.attention import use_decode_attention
 from hacrl.engines.kv_cache import preallocated_cache
+from hacrl.engines.lean_decoder import lean_decoder, lean_generate
 
 # Rendered prompts, per chat-template setting (`SplitBatchHFLM._template_key`), then per
 # message list: the same problems are rendered by every evaluation of a process, and the
 # rendering is a pure function of the template, its arguments and the messages.
 _RENDERED: dict[tuple[str, ...], dict[tuple[Any, ...], str]] = {}
+# generation config keys that leave greedy `generate` as argmax until EOS or the length limit
+_PLAIN_GENERATION = {"eos_token_id", "pad_token_id", "bos_token_id", "use_cache",
+                     "output_attentions", "output_hidden_states", "transformers_version",
+                     "_from_model_config"}
 RENDERED_MAX = 200_000  # prompts kept in all (~1 KB each at tiny scale); past it, start over
 
 
@@ -71,10 +76,37 @@ class SplitBatchHFLM(HFLM):
         """
         if stop and all(text == self._eos_text() for text in stop) and self._stops_at_eos():
             stop = []
+        if not stop:
+            sequences = self._lean_greedy(context, max_length, generation_kwargs)
+            if sequences is not None:
+                return sequences
         cache = preallocated_cache(self.model, max_length)
         if cache is not None:
             generation_kwargs["past_key_values"] = cache
         return super()._model_generate(context, max_length, stop, **generation_kwargs)
+
+    def _lean_greedy(self, context: torch.Tensor, max_length: int,
+                     generation_kwargs: dict[str, Any]) -> torch.Tensor | None:
+        """Greedy sequences [B, max_length or less] of the zoo's models on a CPU from
+        `lean_generate` (the same tokens as `generate`, ~1.4x faster), or None where `generate`
+        would do more than argmax and stop at EOS (sampling, any other generation setting)."""
+        decoder = lean_decoder(self.model) if self.device.type == "cpu" else None
+        width = context.shape[1]
+        config = self.model.generation_config
+        eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+        if (decoder is None or generation_kwargs != {"do_sample": False} or max_length <= width
+                or None in eos or not set(config.to_diff_dict()) <= _PLAIN_GENERATION):
+            return None
+        pad = self.tokenizer.pad_token_id
+        pad = eos[0] if pad is None else int(pad)
+        # no mask is passed: `generate` infers one from the padding, unless pad is an EOS
+        if bool((context == pad).any()) and pad not in eos:
+            attention = context.ne(pad).long()
+        else:
+            attention = torch.ones_like(context)
+        new, _ = lean_generate(decoder, context, attention, max_new_tokens=max_length - width,
+                               eos=eos, pad_id=pad, greedy=True)
+        return torch.cat([context, new], dim=1)
 
     def _eos_text(self) -> str:
         return str(self.tok_decode(self.eot_token_id, skip_special_tokens=False))
