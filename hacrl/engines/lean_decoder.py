@@ -28,6 +28,7 @@ from torch import Tensor
 
 __all__ = ["LeanDecoder", "lean_decoder", "lean_generate"]
 
+PREFILL_ROWS = 32
 _FAMILIES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}  # -> q/k RMSNorm per head
 
 
@@ -122,29 +123,37 @@ class LeanDecoder:
         mask = self.key_mask[..., :width] + causal
         # a left pad's query may see itself, so no row is fully masked (its output is unused)
         mask.diagonal(dim1=-2, dim2=-1).clamp_(min=0.0)
-        return self._forward(input_ids, self.prompt_positions, 0, mask)[:, -1]
+        # a few rows at a time: a chunk's activations stay in the core's cache (prompt-long
+        # rows are what the engine's log-prob forwards batch by `engine.forward_rows` too)
+        chunks = [slice(first, first + PREFILL_ROWS)
+                  for first in range(0, input_ids.shape[0], PREFILL_ROWS)]
+        return torch.cat([self._forward(input_ids[rows], self.prompt_positions[rows], 0,
+                                        mask[rows], rows) for rows in chunks])
 
     def step(self, tokens: Tensor, index: int) -> Tensor:
         """Logits [B, V] after appending `tokens` [B] as new token `index` (from 0)."""
         start = self.prompt_width + index
         positions = (self.first_position + index)[:, None]  # [B, 1]
-        return self._forward(tokens[:, None], positions, start,
-                             self.key_mask[..., :start + 1])[:, -1]
+        return self._forward(tokens[:, None], positions, start, self.key_mask[..., :start + 1],
+                             slice(None))
 
     @property
     def prompt_width(self) -> int:
         return int(self.prompt_positions.shape[1])
 
-    def _forward(self, ids: Tensor, positions: Tensor, start: int, mask: Tensor) -> Tensor:
-        """Logits [B, T, V] of ids [B, T] at `positions` [B, T], written into the buffers at
-        start..start+T and attending to buffer positions < start + T under `mask` [B, 1, T|1, L']."""
+    def _forward(self, ids: Tensor, positions: Tensor, start: int, mask: Tensor,
+                 rows: slice) -> Tensor:
+        """Logits [B', V] after the last of ids [B', T] (the buffers' `rows`) at `positions`
+        [B', T], their keys and values written into the buffers at start..start+T, attending
+        to buffer positions < start + T under `mask` [B', 1, T|1, L']."""
         batch, new = ids.shape
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         group = heads // kv_heads
         end = start + new
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, T, D]
         x = F.embedding(ids, self.embed)  # [B, T, E]
-        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
+        for layer, all_keys, all_values in zip(self.layers, self.keys, self.values, strict=True):
+            keys, values = all_keys[rows], all_values[rows]
             h = F.rms_norm(x, x.shape[-1:], layer.attn_norm, self.eps)
             q, k, v = F.linear(h, layer.qkv).split(
                 [heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
@@ -166,7 +175,9 @@ class LeanDecoder:
             h = F.rms_norm(x, x.shape[-1:], layer.mlp_norm, self.eps)
             gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.down)
-        return F.linear(F.rms_norm(x, x.shape[-1:], self.final_norm, self.eps), self.lm_head)
+        last = x[:, -1]  # [B', E]: only the next token's logits are wanted
+        return F.linear(F.rms_norm(last, last.shape[-1:], self.final_norm, self.eps),
+                        self.lm_head)
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
