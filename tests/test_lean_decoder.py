@@ -160,13 +160,51 @@ def test_lm_eval_greedy_requests_use_it(micro_zoo: Path, one_thread: None,
     ran: list[int] = []
     real = hf_lm.lean_generate
     monkeypatch.setattr(hf_lm, "lean_generate", lambda *a, **k: ran.append(1) or real(*a, **k))
-    ours = lm._model_generate(context, width + 30, [], do_sample=False)
-    assert ran == [1] and ours.shape[1] > width
+    mask = context.ne(pad).long()
+    # lm-eval passes the padding's mask (this version), or `generate` infers it
+    for given in ({"attention_mask": mask}, {}):
+        ours = lm._model_generate(context, width + 30, [], do_sample=False, temperature=0.0,
+                                  **given)
+        assert ours.shape[1] > width
+        with monkeypatch.context() as patch:
+            patch.setattr(hf_lm, "lean_decoder", lambda m: None)
+            theirs = lm._model_generate(context, width + 30, [], do_sample=False, **given)
+        assert torch.equal(ours, theirs)
+    assert ran == [1, 1]
+    # sampled requests, and other stop strings, stay with transformers' generate
+    lm._model_generate(context, width + 5, [], attention_mask=mask, do_sample=True,
+                       temperature=0.7)
+    lm._model_generate(context, width + 5, ["\n\n"], attention_mask=mask, do_sample=False)
+    assert ran == [1, 1]
+
+
+def test_lm_eval_generate_until_takes_it(micro_zoo: Path, one_thread: None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through lm-eval's own `generate_until` (its kwargs as it builds them): greedy requests take
+    the lean decoder and give the same texts; sampled ones keep `generate`."""
+    from lm_eval.api.instance import Instance
+
+    from hacrl.evaluation import hf_lm
+    from hacrl.evaluation.hf_lm import SplitBatchHFLM
+
+    lm = SplitBatchHFLM(pretrained=str(micro_zoo / "qwen3-4b-base"), device="cpu",
+                        batch_size=4, greedy_batch_size=8)
+    texts = ["What is 12+34?", "What is 7*46?", "Hi", "What is 12+34+56? Think."] * 2
+
+    def requests(kwargs: dict[str, Any]) -> list[Instance]:
+        return [Instance(request_type="generate_until", doc={}, arguments=(t, dict(kwargs)),
+                         idx=i) for i, t in enumerate(texts)]
+
+    ran: list[int] = []
+    real = hf_lm.lean_generate
+    monkeypatch.setattr(hf_lm, "lean_generate", lambda *a, **k: ran.append(1) or real(*a, **k))
+    greedy = {"until": [], "do_sample": False, "max_gen_toks": 16}
+    ours = lm.generate_until(requests(greedy), disable_tqdm=True)
+    assert ran and any(ours)
     with monkeypatch.context() as patch:
         patch.setattr(hf_lm, "lean_decoder", lambda m: None)
-        theirs = lm._model_generate(context, width + 30, [], do_sample=False)
-    assert torch.equal(ours, theirs)
-    # sampled requests, and other stop strings, stay with transformers' generate
-    lm._model_generate(context, width + 5, [], do_sample=True, temperature=0.7)
-    lm._model_generate(context, width + 5, ["\n\n"], do_sample=False)
-    assert ran == [1]
+        assert lm.generate_until(requests(greedy), disable_tqdm=True) == ours
+    taken = len(ran)
+    lm.generate_until(requests({"until": [], "do_sample": True, "temperature": 0.7,
+                                "max_gen_toks": 8}), disable_tqdm=True)
+    assert len(ran) == taken

@@ -90,20 +90,24 @@ class SplitBatchHFLM(HFLM):
         """Greedy sequences [B, max_length or less] of the zoo's models on a CPU from
         `lean_generate` (the same tokens as `generate`, ~1.4x faster), or None where `generate`
         would do more than argmax and stop at EOS (sampling, any other generation setting)."""
+        settings = dict(generation_kwargs)
+        attention = settings.pop("attention_mask", None)  # lm-eval passes the padding's mask
         decoder = lean_decoder(self.model) if self.device.type == "cpu" else None
         width = context.shape[1]
         config = self.model.generation_config
         eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
-        if (decoder is None or generation_kwargs != {"do_sample": False} or max_length <= width
+        # greedy as lm-eval asks for it: do_sample false, temperature 0 or unset (it drops it)
+        greedy = settings.pop("do_sample", None) is False and settings.pop("temperature", 0.0) == 0.0
+        if (decoder is None or not greedy or settings or max_length <= width
                 or None in eos or not set(config.to_diff_dict()) <= _PLAIN_GENERATION):
             return None
         pad = self.tokenizer.pad_token_id
         pad = eos[0] if pad is None else int(pad)
-        # no mask is passed: `generate` infers one from the padding, unless pad is an EOS
-        if bool((context == pad).any()) and pad not in eos:
-            attention = context.ne(pad).long()
-        else:
-            attention = torch.ones_like(context)
+        if attention is None:  # `generate` infers one from the padding, unless pad is an EOS
+            padded = bool((context == pad).any()) and pad not in eos
+            attention = context.ne(pad).long() if padded else torch.ones_like(context)
+        if not bool(attention[:, -1].all()):  # right padding: leave it to `generate`
+            return None
         new, _ = lean_generate(decoder, context, attention, max_new_tokens=max_length - width,
                                eos=eos, pad_id=pad, greedy=True)
         return torch.cat([context, new], dim=1)
