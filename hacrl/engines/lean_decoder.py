@@ -56,10 +56,12 @@ def lean_decoder(model: Any) -> LeanDecoder | None:
              and rope.get("rope_type", "default") == "default"
              and getattr(config, "sliding_window", None) is None
              and int(getattr(config, "pretraining_tp", 1) or 1) == 1)
+    theta = rope.get("rope_theta", getattr(config, "rope_theta", None))
     weight = model.get_input_embeddings().weight
-    if not plain or weight.dtype != torch.float32 or weight.device.type != "cpu":
+    if (not plain or theta is None or weight.dtype != torch.float32
+            or weight.device.type != "cpu"):
         return None
-    return LeanDecoder(model, qk_norm=_FAMILIES[arch], theta=float(rope["rope_theta"]))
+    return LeanDecoder(model, qk_norm=_FAMILIES[arch], theta=float(theta))
 
 
 class LeanDecoder:
