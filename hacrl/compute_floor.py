@@ -36,7 +36,7 @@ import torch
 
 from hacrl.config import ConfigError, JobSpec, compose, validate
 from hacrl.engines.base import Engine
-from hacrl.engines.lean_decoder import lean_decoder
+from hacrl.engines.lean_decoder import lean_decoder, lean_generate
 from hacrl.job import agent_engine, job_dir, loop_settings
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.tasks import grader, load_problems
@@ -95,16 +95,9 @@ def generate_floor(model: Any, rows: int, prompt: int, new_tokens: int) -> float
     """Seconds of a prefill over [rows, prompt] and new_tokens - 1 cached one-token forwards."""
     ids = torch.randint(int(model.config.vocab_size), (rows, prompt))
     decoder = lean_decoder(model)
-    if decoder is not None:  # the forwards the engine's sampler runs (`hacrl.engines.lean_decoder`)
-        lean = decoder
-
-        def lean_work() -> None:
-            lean.start(torch.ones_like(ids), prompt + new_tokens)
-            logits = lean.prefill(ids)
-            for index in range(max(0, new_tokens - 1)):
-                logits = lean.step(logits.argmax(-1), index)
-
-        return _timed(lean_work)
+    if decoder is not None:  # the forwards the engine's sampler runs (no EOS: every step)
+        return _timed(lambda: lean_generate(decoder, ids, torch.ones_like(ids), eos=[],
+                                            max_new_tokens=new_tokens, pad_id=0, greedy=True))
 
     def work() -> None:
         out = model(input_ids=ids, use_cache=True)

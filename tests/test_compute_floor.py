@@ -80,3 +80,23 @@ def test_bench_step_on_another_engine_says_in_one_line_why_no_floor(
     _print_floors({}, {}, "verl", repeats=3)
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and "not measured on engine=verl" in lines[0]
+
+
+def test_generate_floor_runs_the_decoder_the_engine_samples_with(
+        micro_zoo: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zoo's models sample through the lean decoder on a CPU, so their generate floor is its
+    forwards (one prefill, then a step per token); other models' is transformers' forward."""
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+
+    from hacrl import compute_floor
+
+    calls: list[dict[str, object]] = []
+    real = compute_floor.lean_generate
+    monkeypatch.setattr(compute_floor, "lean_generate",
+                        lambda *a, **k: calls.append(k) or real(*a, **k))
+    model = AutoModelForCausalLM.from_pretrained(micro_zoo / "qwen3-4b-base").eval()
+    assert compute_floor.generate_floor(model, rows=4, prompt=5, new_tokens=3) > 0
+    assert len(calls) == 1 and calls[0]["max_new_tokens"] == 3 and calls[0]["eos"] == []
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2)).eval()
+    assert compute_floor.generate_floor(gpt2, rows=4, prompt=5, new_tokens=3) > 0
+    assert len(calls) == 1

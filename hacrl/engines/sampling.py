@@ -1,6 +1,6 @@
 """Sampling from a Hugging Face causal LM: token ids in, token ids out.
 
-One function for every place that samples with HF `generate`: the local engine, and the verl
+One function for every place that samples from an HF model: the local engine, and the verl
 engine's `hf` rollout inside its workers (`hacrl.engines.verl.hf_rollout`), so both engines
 turn the same prompts, weights and random state into the same responses.
 """
@@ -21,8 +21,9 @@ from hacrl.rollout import SamplingParams
 def hf_sample(model: Any, rows: list[list[int]], sampling: SamplingParams, *, pad_id: int,
               eos: int, device: torch.device | str = "cpu",
               logprobs_temperature: float | None = None) -> list[Generation]:
-    """One response per row of prompt ids (batched `generate`, left padding, a preallocated
-    KV cache: `hacrl.engines.kv_cache`).
+    """One response per row of prompt ids, batched with left padding: the lean decoder for the
+    zoo's models on a CPU (`hacrl.engines.lean_decoder`), else `generate` with a preallocated
+    KV cache (`hacrl.engines.kv_cache`); the same tokens either way.
 
     A response ends with its EOS (kept, `finished`) or at `max_new_tokens` (unfinished).
     Sampling draws from torch's global RNG on `device`: seed it for reproducible responses.
