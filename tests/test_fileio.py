@@ -44,6 +44,7 @@ def test_a_cell_stopped_by_sigterm_is_killed_not_failed(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import hacrl.config
     import hacrl.job
+    from hacrl.job import lock
     from hacrl.job.lock import on_sigterm
     from hacrl.sweep.cell_run import run_cell
     from hacrl.sweep.state import cell_state_path
@@ -55,9 +56,38 @@ def test_a_cell_stopped_by_sigterm_is_killed_not_failed(tmp_path: Path,
     monkeypatch.setattr(hacrl.config, "validate", lambda cfg: cfg)
     monkeypatch.setattr(hacrl.job, "before_job", lambda cfg: None)
     monkeypatch.setattr(hacrl.job, "run_job", terminated)
+    monkeypatch.setattr(lock, "_terminate_requested", False)  # this process's jobs go on after
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # nor is SIGTERM ignored from now on
     cfg = OmegaConf.create({"cell": {"id": "c1"}})
     with pytest.raises(BaseException) as caught:
         run_cell(cfg, tmp_path)
     assert type(caught.value).__name__ == "Terminated"
     state = json.loads(cell_state_path(tmp_path, "c1").read_text())
     assert state["status"] == "killed" and state["pid"] == os.getpid()
+
+
+def test_a_sigterm_swallowed_in_a_finalizer_still_ends_the_job(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM handled inside a weakref callback (SQLAlchemy's state cleanup, in a warm cell
+    whose sweep was killed) raises where Python prints "Exception ignored" and goes on; the job
+    must still see it at its next check instead of training to the end."""
+    import weakref
+
+    from hacrl.job import lock
+
+    monkeypatch.setattr(lock, "_terminate_requested", False)
+    previous = signal.signal(signal.SIGTERM, lock.on_sigterm)
+    try:
+        lock.raise_if_terminated()  # nothing asked yet
+
+        class Thing:
+            pass
+
+        thing = Thing()
+        ref = weakref.ref(thing, lambda _: os.kill(os.getpid(), signal.SIGTERM))
+        del thing  # the handler runs inside the callback: its exception goes nowhere
+        assert ref() is None
+        with pytest.raises(lock.Terminated):
+            lock.raise_if_terminated()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

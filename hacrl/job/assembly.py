@@ -40,7 +40,13 @@ from hacrl.job.listeners import (
     StepMetrics,
     Validation,
 )
-from hacrl.job.lock import Terminated, job_lock, on_sigterm, process_age_s
+from hacrl.job.lock import (
+    Terminated,
+    job_lock,
+    on_sigterm,
+    process_age_s,
+    raise_if_terminated,
+)
 from hacrl.job.runs import (
     carry_over,
     finish,
@@ -135,6 +141,7 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
         log_scores(tracker, job_run, {m: v for r in team_results
                                       for m, v in (r.get("final") or {}).items()}, steps)
         faults.point("job_metrics")
+        raise_if_terminated()  # a SIGTERM swallowed on the way still ends the job as killed
         status = "FINISHED"
     except (KeyboardInterrupt, Terminated):
         status = "KILLED"
@@ -148,6 +155,11 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
     summary["status"] = status
     summary.update(phases, tracking_s=tracker.busy_s, startup_s=startup_s)
     return summary
+
+
+def _stop_if_terminated(event: object) -> None:
+    """After every event: a SIGTERM whose exception was swallowed ends the training here."""
+    raise_if_terminated()
 
 
 def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tracker: Tracker,
@@ -190,7 +202,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
         team_name = f"team {team_dir.path.name}: " if len(spec.teams) > 1 else ""
         listeners.append(JobLog([a.name for a in agents], steps, validation, report, team_name))
     run_steps(loop.step, start, Schedule(steps, val_every, int(c.train.save_every)),
-              [*listeners, Checkpointing(team_dir, agents, loop)])
+              [*listeners, Checkpointing(team_dir, agents, loop), _stop_if_terminated])
     validation_s = validation.seconds
     # (validation before the first step is subtracted too, as it always was: Table 7's train_s)
     train_s = time.perf_counter() - metrics.started - validation_s

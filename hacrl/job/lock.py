@@ -42,12 +42,25 @@ class Terminated(BaseException):
     """SIGTERM (e.g. a scheduler's kill) becomes an exception so runs end as KILLED."""
 
 
+_terminate_requested = False  # a SIGTERM came (its exception may have been swallowed)
+
+
 def on_sigterm(signum: int, frame: FrameType | None) -> None:
     # the first SIGTERM ends the job through `Terminated`; a repeat while it finishes (a
     # scheduler's second notice, a parent's death signal) must not cut the cleanup short: runs
     # and state would stay RUNNING. SIGKILL still ends a cleanup that hangs.
+    global _terminate_requested
+    _terminate_requested = True
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
+
+
+def raise_if_terminated() -> None:
+    """`Terminated` if a SIGTERM came whose exception never reached the job: a handler that runs
+    inside a weakref callback or `__del__` (e.g. SQLAlchemy's state cleanup) raises where Python
+    prints "Exception ignored" and goes on, and the signal itself is ignored from then on."""
+    if _terminate_requested:
+        raise Terminated()
 
 
 def process_age_s() -> float:
