@@ -6,8 +6,8 @@ so what each operation costs to launch decides the step, not the arithmetic. Tra
 embeddings rebuilt per step, separate q/k/v and gate/up projections, RMSNorm as five
 operations, dtype round trips, logits processors and stopping criteria. `LeanDecoder` runs the
 same Llama / Qwen3 forward from the model's own weights with fused q/k/v and gate/up
-projections, torch's one-kernel RMSNorm, a rotary table and an additive padding mask built once
-per call, and its own key/value buffers; `lean_generate` is `generate`'s sampling loop for what
+projections, torch's RMSNorm, a rotary table and an additive padding mask built once per
+call, and its own key/value buffers; `lean_generate` is `generate`'s sampling loop for what
 hacrl asks of it (greedy, or temperature -> top-k -> top-p -> softmax -> `torch.multinomial`,
 the order and the random draws of transformers' sampler). Logits equal transformers' up to
 float rounding (~1e-5), so the same tokens come out (`tests/test_lean_decoder.py`).

@@ -157,11 +157,6 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
     return summary
 
 
-def _stop_if_terminated(event: object) -> None:
-    """After every event: a SIGTERM whose exception was swallowed ends the training here."""
-    raise_if_terminated()
-
-
 def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tracker: Tracker,
               agent_runs: dict[str, str], previous: dict[str, str] | None, bar: Any,
               report: Report | None = None) -> dict:
@@ -202,7 +197,9 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
         team_name = f"team {team_dir.path.name}: " if len(spec.teams) > 1 else ""
         listeners.append(JobLog([a.name for a in agents], steps, validation, report, team_name))
     run_steps(loop.step, start, Schedule(steps, val_every, int(c.train.save_every)),
-              [*listeners, Checkpointing(team_dir, agents, loop), _stop_if_terminated])
+              # last, after every event: a SIGTERM whose exception was swallowed ends it here
+              [*listeners, Checkpointing(team_dir, agents, loop),
+               lambda event: raise_if_terminated()])
     validation_s = validation.seconds
     # (validation before the first step is subtracted too, as it always was: Table 7's train_s)
     train_s = time.perf_counter() - metrics.started - validation_s
