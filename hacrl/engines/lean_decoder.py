@@ -10,7 +10,9 @@ projections, torch's RMSNorm, a rotary table and an additive padding mask built 
 call, and its own key/value buffers; `lean_generate` is `generate`'s sampling loop for what
 hacrl asks of it (greedy, or temperature -> top-k -> top-p -> softmax -> `torch.multinomial`,
 the order and the random draws of transformers' sampler). Logits equal transformers' up to
-float rounding (~1e-5), so the same tokens come out (`tests/test_lean_decoder.py`).
+float rounding (~1e-5), so the same tokens come out (`tests/test_lean_decoder.py`) except at a
+near-tie: in a whole tiny paper sweep, 130 of 132 cells scored exactly as under `generate` and
+two moved by <= 0.11 points of AVG.
 
 Only plain causal Llama and Qwen3 models in float32 on a CPU qualify (`lean_decoder` returns
 None for anything else, and callers use `generate`): that is the whole tiny zoo. The weights
