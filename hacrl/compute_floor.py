@@ -8,7 +8,9 @@ the same shapes are replayed as bare model calls:
     generate  one batched prefill forward, then one forward per generated token with the KV
               cache (the next token by argmax: sampling itself is not the floor's business);
               the lean decoder's forwards where the engine samples with it
-    logprob   no-grad forwards over the recorded rows, log-softmax and gather of the targets
+    logprob   no-grad forwards over the recorded rows, log-softmax and gather of the targets;
+              each distinct prompt once where the engine shares prompts (the zoo's models on a
+              CPU, `hacrl.engines.prompt_sharing`), with the step's count of distinct prompts
     update    forwards, log-softmax and gather, backwards, gradient clipping and an AdamW step,
               on a copy of the model (the real engine's weights are left alone)
 
@@ -30,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
 
 import torch
@@ -37,12 +40,25 @@ import torch
 from hacrl.config import ConfigError, JobSpec, compose, validate
 from hacrl.engines.base import Engine
 from hacrl.engines.lean_decoder import lean_decoder, lean_generate
+from hacrl.engines.prompt_sharing import prompt_sharing_applies, prompt_sharing_logprobs
 from hacrl.job import agent_engine, job_dir, loop_settings
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
+from hacrl.rollout import TokenView
 from hacrl.tasks import grader, load_problems
 
 PHASES = ("generate", "logprob", "update")  # the phases with a tensor floor
 STEP_PHASES = ("generate", "verify", "logprob", "update")  # what a step's metrics time
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The shape of the rows of one log-prob or update call."""
+
+    rows: int
+    width: int  # the longest prompt + response
+    response: int  # the longest response (the positions scored)
+    prompts: int  # distinct prompts among the rows
+    prompt: int  # the longest prompt
 
 
 @dataclass
@@ -50,8 +66,8 @@ class Calls:
     """The shapes one engine was asked for during one step."""
 
     generate: list[tuple[int, int, int]] = field(default_factory=list)  # rows, prompt, new tokens
-    logprob: list[tuple[int, int, int]] = field(default_factory=list)  # rows, width, response
-    update: list[tuple[int, int, int]] = field(default_factory=list)  # rows, width, response
+    logprob: list[Rows] = field(default_factory=list)
+    update: list[Rows] = field(default_factory=list)
 
 
 class Recording:
@@ -78,10 +94,12 @@ class Recording:
         return self.engine.train_minibatch(views, batch, loss_fn)
 
 
-def _shape(views: list[Any]) -> tuple[int, int, int]:
-    """rows, the longest prompt + response, the longest response (the positions scored)."""
-    return (len(views), max(len(v.prompt_ids) + len(v.response_ids) for v in views),
-            max(1, max(len(v.response_ids) for v in views)))
+def _shape(views: list[Any]) -> Rows:
+    return Rows(rows=len(views),
+                width=max(len(v.prompt_ids) + len(v.response_ids) for v in views),
+                response=max(1, max(len(v.response_ids) for v in views)),
+                prompts=len({tuple(v.prompt_ids) for v in views}),
+                prompt=max(len(v.prompt_ids) for v in views))
 
 
 def _timed(work: Callable[[], object]) -> float:
@@ -115,21 +133,42 @@ def _token_logp(model: Any, ids: torch.Tensor, response: int) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -response:, None]).squeeze(-1)
 
 
+def _row_batches(model: Any, shape: Rows,
+                 per_forward: int | None) -> list[Callable[[], torch.Tensor]]:
+    """The forwards of one call, each returning its log-probs: random tokens of the recorded
+    shape, `per_forward` rows at a time; with prompt sharing, `shape.prompts` distinct prompts
+    with their rows together (as the engine orders them), else whole rows."""
+    vocab = int(model.config.vocab_size)
+    per_forward = per_forward or shape.rows
+    if not prompt_sharing_applies(model):
+        ids = torch.randint(vocab, (shape.rows, shape.width))
+        return [partial(_token_logp, model, chunk, shape.response)
+                for chunk in ids.split(per_forward)]
+    prompts = [tuple(torch.randint(vocab, (shape.prompt,)).tolist()) for _ in range(shape.prompts)]
+    views = [TokenView(prompts[r * shape.prompts // shape.rows],
+                       tuple(torch.randint(vocab, (shape.response,)).tolist()))
+             for r in range(shape.rows)]
+    return [partial(_shared_logp, model, views[first:first + per_forward], shape.response)
+            for first in range(0, shape.rows, per_forward)]
+
+
+def _shared_logp(model: Any, views: list[TokenView], response: int) -> torch.Tensor:
+    return cast(torch.Tensor, prompt_sharing_logprobs(model, views, response, 1.0, 0))
+
+
 @torch.no_grad()
-def logprob_floor(model: Any, rows: int, width: int, response: int,
-                  per_forward: int | None = None) -> float:
-    ids = torch.randint(int(model.config.vocab_size), (rows, width))
-    chunks = ids.split(per_forward or rows)
-    return _timed(lambda: [_token_logp(model, chunk, response) for chunk in chunks])
+def logprob_floor(model: Any, shape: Rows, per_forward: int | None = None) -> float:
+    forwards = _row_batches(model, shape, per_forward)
+    return _timed(lambda: [forward() for forward in forwards])
 
 
-def update_floor(model: Any, optimizer: torch.optim.Optimizer, rows: int, width: int,
-                 response: int, per_forward: int | None = None) -> float:
-    ids = torch.randint(int(model.config.vocab_size), (rows, width))
+def update_floor(model: Any, optimizer: torch.optim.Optimizer, shape: Rows,
+                 per_forward: int | None = None) -> float:
+    forwards = _row_batches(model, shape, per_forward)
 
     def work() -> None:
-        for chunk in ids.split(per_forward or rows):
-            _token_logp(model, chunk, response).mean().backward()
+        for forward in forwards:
+            forward().mean().backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -142,8 +181,8 @@ def floor_seconds(model: Any, scratch: Any, optimizer: torch.optim.Optimizer,
     """The floor of each phase for one engine's recorded calls of one step."""
     model.eval()
     return {"generate": sum(generate_floor(model, *c) for c in calls.generate),
-            "logprob": sum(logprob_floor(model, *c, per_forward) for c in calls.logprob),
-            "update": sum(update_floor(scratch, optimizer, *c, per_forward)
+            "logprob": sum(logprob_floor(model, c, per_forward) for c in calls.logprob),
+            "update": sum(update_floor(scratch, optimizer, c, per_forward)
                           for c in calls.update)}
 
 

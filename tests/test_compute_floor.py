@@ -39,8 +39,10 @@ def test_recording_sees_the_shapes_of_a_step(job_env: Path, tmp_path: Path,
         (rows, prompt, new), = engine.calls.generate
         assert rows == prompts * group and prompt > 0 and 0 < new <= 16
         # own and borrowed rows are trained: each update sees both agents' samples
-        assert sum(r for r, _, _ in engine.calls.update) == 2 * prompts * group
-        assert all(width > response for _, width, response in engine.calls.logprob)
+        assert sum(c.rows for c in engine.calls.update) == 2 * prompts * group
+        assert all(c.width > c.response and c.width > c.prompt for c in engine.calls.logprob)
+        # a step's rows share their prompts: G samples (and the partner's) of each
+        assert all(c.prompts <= min(prompts, c.rows) for c in engine.calls.update)
         engine.close()
 
 

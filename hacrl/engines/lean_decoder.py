@@ -28,14 +28,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["LeanDecoder", "lean_decoder", "lean_generate"]
+__all__ = ["LeanDecoder", "fused_layer", "lean_decoder", "lean_generate", "rotary_frequencies",
+           "rotate", "zoo_family"]
 
 PREFILL_ROWS = 32
 _FAMILIES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}  # -> q/k RMSNorm per head
 
 
 @dataclass(frozen=True)
-class _Layer:
+class FusedLayer:
     attn_norm: Tensor  # [hidden]
     qkv: Tensor  # [(H + 2 H_kv) D, hidden]: q, k and v projections stacked
     q_norm: Tensor | None  # [D] (Qwen3)
@@ -46,13 +47,14 @@ class _Layer:
     down: Tensor  # [hidden, I]
 
 
-def lean_decoder(model: Any) -> LeanDecoder | None:
-    """A `LeanDecoder` of `model`'s current weights, or None where it does not apply (another
-    architecture or option, another dtype, a GPU, training mode)."""
+def zoo_family(model: Any) -> tuple[bool, float] | None:
+    """(q/k RMSNorm per head, rope theta) of a plain causal Llama / Qwen3 model in float32 on a
+    CPU, whose forward the lean code here and `hacrl.engines.prompt_sharing` reproduce; None
+    for anything else (another architecture or option, another dtype, a GPU)."""
     config = model.config
     arch = type(model).__name__
     rope = getattr(config, "rope_parameters", None) or {}
-    plain = (arch in _FAMILIES and not model.training
+    plain = (arch in _FAMILIES
              and config.hidden_act == "silu" and not getattr(config, "attention_bias", False)
              and not getattr(config, "mlp_bias", False)
              and rope.get("rope_type", "default") == "default"
@@ -63,7 +65,17 @@ def lean_decoder(model: Any) -> LeanDecoder | None:
     if (not plain or theta is None or weight.dtype != torch.float32
             or weight.device.type != "cpu"):
         return None
-    return LeanDecoder(model, qk_norm=_FAMILIES[arch], theta=float(theta))
+    return _FAMILIES[arch], float(theta)
+
+
+def lean_decoder(model: Any) -> LeanDecoder | None:
+    """A `LeanDecoder` of `model`'s current weights, or None where it does not apply (not a
+    `zoo_family` model, or in training mode)."""
+    family = None if model.training else zoo_family(model)
+    if family is None:
+        return None
+    qk_norm, theta = family
+    return LeanDecoder(model, qk_norm=qk_norm, theta=theta)
 
 
 class LeanDecoder:
@@ -81,22 +93,8 @@ class LeanDecoder:
         self.embed = base.embed_tokens.weight  # [V, E]
         self.lm_head = model.lm_head.weight  # [V, E] (the embedding when tied)
         self.final_norm = base.norm.weight
-        self.layers = [self._layer(block, qk_norm) for block in base.layers]
-        # rotary frequencies as transformers' default rope computes them
-        steps = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
-        self.inv_freq = 1.0 / (theta ** steps)  # [D/2]
-
-    @staticmethod
-    def _layer(block: Any, qk_norm: bool) -> _Layer:
-        attn, mlp = block.self_attn, block.mlp
-        return _Layer(
-            attn_norm=block.input_layernorm.weight,
-            qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-            q_norm=attn.q_norm.weight if qk_norm else None,
-            k_norm=attn.k_norm.weight if qk_norm else None,
-            out=attn.o_proj.weight, mlp_norm=block.post_attention_layernorm.weight,
-            gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-            down=mlp.down_proj.weight)
+        self.layers = [fused_layer(block, qk_norm) for block in base.layers]
+        self.inv_freq = rotary_frequencies(self.head_dim, theta)  # [D/2]
 
     def start(self, attention: Tensor, length: int) -> None:
         """Empty buffers for a batch whose prompts are `attention` [B, P] (1 = token, 0 = left
@@ -165,10 +163,10 @@ class LeanDecoder:
             if layer.q_norm is not None and layer.k_norm is not None:
                 q = F.rms_norm(q, (dim,), layer.q_norm, self.eps)
                 k = F.rms_norm(k, (dim,), layer.k_norm, self.eps)
-            keys[..., start:end] = _rotate(k.transpose(1, 2), cos, sin).transpose(-1, -2)
+            keys[..., start:end] = rotate(k.transpose(1, 2), cos, sin).transpose(-1, -2)
             values[:, :, start:end] = v.view(batch, new, kv_heads, dim).transpose(1, 2)
             # the query heads of one key/value head side by side: no copies of keys or values
-            q = _rotate(q.transpose(1, 2), cos, sin).reshape(batch, kv_heads, group * new, dim)
+            q = rotate(q.transpose(1, 2), cos, sin).reshape(batch, kv_heads, group * new, dim)
             scores = torch.matmul(q, keys[..., :end]).mul_(dim ** -0.5)
             scores = scores.view(batch, kv_heads, group, new, end).add_(mask[:, :, None])
             attended = torch.matmul(torch.softmax(scores, dim=-1).view(batch, kv_heads,
@@ -184,7 +182,27 @@ class LeanDecoder:
                         self.lm_head)
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def fused_layer(block: Any, qk_norm: bool) -> FusedLayer:
+    """A decoder block's weights with q/k/v and gate/up stacked (a copy under no_grad; under
+    autograd the stacking is part of the graph, so gradients reach the block's own weights)."""
+    attn, mlp = block.self_attn, block.mlp
+    return FusedLayer(
+        attn_norm=block.input_layernorm.weight,
+        qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+        q_norm=attn.q_norm.weight if qk_norm else None,
+        k_norm=attn.k_norm.weight if qk_norm else None,
+        out=attn.o_proj.weight, mlp_norm=block.post_attention_layernorm.weight,
+        gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+        down=mlp.down_proj.weight)
+
+
+def rotary_frequencies(head_dim: int, theta: float) -> Tensor:
+    """[D/2] rotary frequencies as transformers' default rope computes them."""
+    steps = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    return 1.0 / (theta ** steps)
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding of x [B, heads, T, D] (halves rotated, transformers' layout)."""
     first, second = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-second, first], dim=-1) * sin
