@@ -10,7 +10,12 @@ import torch
 from hacrl.algo import LossBatch, LossConfig
 from hacrl.config import ConfigError, compose, validate
 from hacrl.engines.base import MiniBatchLoss
-from hacrl.engines.local import CPU_FORWARD_ROWS, LocalEngine, resolve_forward_rows
+from hacrl.engines.local import (
+    CPU_FORWARD_ROWS,
+    CPU_SHARED_FORWARD_ROWS,
+    LocalEngine,
+    resolve_forward_rows,
+)
 from hacrl.rollout import TokenView
 
 
@@ -65,6 +70,9 @@ def test_an_update_in_small_row_batches_equals_the_one_pass_update(micro_zoo: Pa
 
 def test_auto_is_cache_sized_on_cpu_and_whole_on_gpu() -> None:
     assert resolve_forward_rows("auto", torch.device("cpu")) == CPU_FORWARD_ROWS
+    assert resolve_forward_rows("auto", torch.device("cpu"), shares_prompts=True) == \
+        CPU_SHARED_FORWARD_ROWS
+    assert resolve_forward_rows("auto", torch.device("cuda"), shares_prompts=True) is None
     assert resolve_forward_rows(None, torch.device("cuda")) is None
     assert resolve_forward_rows(8, torch.device("cuda")) == 8
     for bad in (0, -3, "many", 2.5, True):

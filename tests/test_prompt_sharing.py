@@ -48,7 +48,7 @@ def _engine(path: Path, temperature: float = 1.0, forward_rows: int | str = "aut
 def _full_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine's full-row forward (transformers' model call), as on a GPU."""
     monkeypatch.setattr(local_module, "prompt_sharing_logprobs", lambda *a, **k: None)
-    monkeypatch.setattr(local_module, "prompt_sharing_applies", lambda model: False)
+    monkeypatch.setattr(local_module, "prompt_sharing_applies", lambda *a, **k: False)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

@@ -38,10 +38,12 @@ from hacrl.rollout import TokenView
 __all__ = ["prompt_sharing_applies", "prompt_sharing_logprobs", "by_prompt"]
 
 
-def prompt_sharing_applies(model: Any) -> bool:
-    """Whether `prompt_sharing_logprobs` computes `model`'s log-probs (in training mode too)."""
+def prompt_sharing_applies(model: Any, training: bool | None = None) -> bool:
+    """Whether `prompt_sharing_logprobs` computes `model`'s log-probs, in its current mode or
+    in training mode (`training`: True) or eval mode (False)."""
+    training = model.training if training is None else training
     dropout = float(getattr(model.config, "attention_dropout", 0.0) or 0.0)
-    return zoo_family(model) is not None and (dropout == 0.0 or not model.training)
+    return zoo_family(model) is not None and (dropout == 0.0 or not training)
 
 
 def by_prompt(views: Sequence[TokenView]) -> list[int]:
