@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["LeanDecoder", "fused_layer", "lean_decoder", "lean_generate", "rotary_frequencies",
-           "rotate", "zoo_family"]
+__all__ = ["LeanDecoder", "finish_block", "fused_layer", "lean_decoder", "lean_generate",
+           "project_qkv", "rotary_frequencies", "rotary_table", "rotate", "zoo_family"]
 
 PREFILL_ROWS = 32
 _FAMILIES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}  # -> q/k RMSNorm per head
@@ -114,9 +114,7 @@ class LeanDecoder:
         # each row's positions count its own tokens only (transformers: cumsum(mask) - 1)
         self.first_position = attention.sum(-1)  # [B] position of the first new token
         self.prompt_positions = (attention.cumsum(-1) - 1).clamp_min(0)  # [B, P]
-        angles = torch.arange(length, dtype=torch.float32)[:, None] * self.inv_freq  # [L, D/2]
-        angles = torch.cat([angles, angles], dim=-1)
-        self.cos, self.sin = angles.cos(), angles.sin()  # [L, D]
+        self.cos, self.sin = rotary_table(torch.arange(length), self.inv_freq)  # [L, D]
 
     def prefill(self, input_ids: Tensor) -> Tensor:
         """Logits [B, V] of the next token after the prompts [B, P]; fills the buffers."""
@@ -156,15 +154,9 @@ class LeanDecoder:
         x = F.embedding(ids, self.embed)  # [B, T, E]
         for layer, all_keys, all_values in zip(self.layers, self.keys, self.values, strict=True):
             keys, values = all_keys[rows], all_values[rows]
-            h = F.rms_norm(x, x.shape[-1:], layer.attn_norm, self.eps)
-            q, k, v = F.linear(h, layer.qkv).split(
-                [heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
-            q, k = q.view(batch, new, heads, dim), k.view(batch, new, kv_heads, dim)
-            if layer.q_norm is not None and layer.k_norm is not None:
-                q = F.rms_norm(q, (dim,), layer.q_norm, self.eps)
-                k = F.rms_norm(k, (dim,), layer.k_norm, self.eps)
+            q, k, v = project_qkv(layer, x, heads, kv_heads, dim, self.eps)
             keys[..., start:end] = rotate(k.transpose(1, 2), cos, sin).transpose(-1, -2)
-            values[:, :, start:end] = v.view(batch, new, kv_heads, dim).transpose(1, 2)
+            values[:, :, start:end] = v.transpose(1, 2)
             # the query heads of one key/value head side by side: no copies of keys or values
             q = rotate(q.transpose(1, 2), cos, sin).reshape(batch, kv_heads, group * new, dim)
             scores = torch.matmul(q, keys[..., :end]).mul_(dim ** -0.5)
@@ -173,10 +165,7 @@ class LeanDecoder:
                                                                        group * new, end),
                                     values[:, :, :end])  # [B, H_kv, group T, D]
             attended = attended.view(batch, heads, new, dim).transpose(1, 2)
-            x = x + F.linear(attended.reshape(batch, new, heads * dim), layer.out)
-            h = F.rms_norm(x, x.shape[-1:], layer.mlp_norm, self.eps)
-            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
+            x = finish_block(layer, x, attended.reshape(batch, new, heads * dim), self.eps)
         last = x[:, -1]  # [B', E]: only the next token's logits are wanted
         return F.linear(F.rms_norm(last, last.shape[-1:], self.final_norm, self.eps),
                         self.lm_head)
@@ -196,10 +185,40 @@ def fused_layer(block: Any, qk_norm: bool) -> FusedLayer:
         down=mlp.down_proj.weight)
 
 
+def project_qkv(layer: FusedLayer, x: Tensor, heads: int, kv_heads: int, dim: int,
+                eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries [N, T, H, D], keys and values [N, T, H_kv, D] of x [N, T, E], before rotation
+    (queries and keys RMS-normed per head in Qwen3)."""
+    rows, length, _ = x.shape
+    h = F.rms_norm(x, x.shape[-1:], layer.attn_norm, eps)
+    q, k, v = F.linear(h, layer.qkv).split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q, k = q.view(rows, length, heads, dim), k.view(rows, length, kv_heads, dim)
+    if layer.q_norm is not None and layer.k_norm is not None:
+        q = F.rms_norm(q, (dim,), layer.q_norm, eps)
+        k = F.rms_norm(k, (dim,), layer.k_norm, eps)
+    return q, k, v.view(rows, length, kv_heads, dim)
+
+
+def finish_block(layer: FusedLayer, x: Tensor, attended: Tensor, eps: float) -> Tensor:
+    """The block after attention, for x [N, T, E] and its attention output [N, T, H D]:
+    output projection and residual, then the MLP and its residual."""
+    x = x + F.linear(attended, layer.out)
+    gate, up = F.linear(F.rms_norm(x, x.shape[-1:], layer.mlp_norm, eps),
+                        layer.gate_up).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, layer.down)
+
+
 def rotary_frequencies(head_dim: int, theta: float) -> Tensor:
     """[D/2] rotary frequencies as transformers' default rope computes them."""
     steps = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
     return 1.0 / (theta ** steps)
+
+
+def rotary_table(positions: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+    """cos, sin [..., D] of positions [...] (the halves repeated, transformers' layout)."""
+    angles = positions[..., None].float() * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

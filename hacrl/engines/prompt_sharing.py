@@ -28,8 +28,11 @@ from torch import Tensor
 
 from hacrl.engines.lean_decoder import (
     FusedLayer,
+    finish_block,
     fused_layer,
+    project_qkv,
     rotary_frequencies,
+    rotary_table,
     rotate,
     zoo_family,
 )
@@ -41,9 +44,13 @@ __all__ = ["prompt_sharing_applies", "prompt_sharing_logprobs", "by_prompt"]
 def prompt_sharing_applies(model: Any, training: bool | None = None) -> bool:
     """Whether `prompt_sharing_logprobs` computes `model`'s log-probs, in its current mode or
     in training mode (`training`: True) or eval mode (False)."""
+    return zoo_family(model) is not None and _dropout_free(model, training)
+
+
+def _dropout_free(model: Any, training: bool | None = None) -> bool:
+    """No attention dropout applies: none configured, or not in training mode."""
     training = model.training if training is None else training
-    dropout = float(getattr(model.config, "attention_dropout", 0.0) or 0.0)
-    return zoo_family(model) is not None and (dropout == 0.0 or not training)
+    return float(getattr(model.config, "attention_dropout", 0.0) or 0.0) == 0.0 or not training
 
 
 def by_prompt(views: Sequence[TokenView]) -> list[int]:
@@ -58,10 +65,9 @@ def prompt_sharing_logprobs(model: Any, views: Sequence[TokenView], width_t: int
                             temperature: float, pad_id: int) -> Tensor | None:
     """[B, width_t] log-softmax(logits / temperature) of each view's response tokens (0 past a
     response's end), in autograd's graph when grad is enabled; None where it does not apply."""
-    if not prompt_sharing_applies(model):
-        return None
     family = zoo_family(model)
-    assert family is not None
+    if family is None or not _dropout_free(model):
+        return None
     qk_norm, theta = family
     return _PromptSharedForward(model, qk_norm, theta)(views, width_t, temperature, pad_id)
 
@@ -115,8 +121,8 @@ class _PromptSharedForward:
             attended_r = F.scaled_dot_product_attention(
                 q_r, torch.cat([k[which], k_r], dim=2), torch.cat([v[which], v_r], dim=2),
                 attn_mask=response_mask, enable_gqa=True)
-            x_prompt = self._rest(layer, x_prompt, attended)
-            x_response = self._rest(layer, x_response, attended_r)
+            x_prompt = finish_block(layer, x_prompt, _merge_heads(attended), self.eps)
+            x_response = finish_block(layer, x_response, _merge_heads(attended_r), self.eps)
         # response token t is predicted from the position before it: the prompt's last token
         # for t = 0, response token t - 1 after that
         last = x_prompt[torch.arange(len(prompts)), prompt_len - 1][which]  # [B, E]
@@ -128,31 +134,21 @@ class _PromptSharedForward:
 
     def _rotary(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos, sin [N, 1, T, D] of positions [N, T]."""
-        angles = positions[..., None].float() * self.inv_freq
-        angles = torch.cat([angles, angles], dim=-1)
-        return angles.cos()[:, None], angles.sin()[:, None]
+        cos, sin = rotary_table(positions, self.inv_freq)
+        return cos[:, None], sin[:, None]
 
     def _qkv(self, layer: FusedLayer, x: Tensor, cos: Tensor,
              sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Rotated queries [N, H, T, D], keys and values [N, H_kv, T, D] of x [N, T, E]."""
-        rows, length, _ = x.shape
-        heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
-        h = F.rms_norm(x, x.shape[-1:], layer.attn_norm, self.eps)
-        q, k, v = F.linear(h, layer.qkv).split([heads * dim, kv_heads * dim, kv_heads * dim], -1)
-        q, k = q.view(rows, length, heads, dim), k.view(rows, length, kv_heads, dim)
-        if layer.q_norm is not None and layer.k_norm is not None:
-            q = F.rms_norm(q, (dim,), layer.q_norm, self.eps)
-            k = F.rms_norm(k, (dim,), layer.k_norm, self.eps)
+        q, k, v = project_qkv(layer, x, self.heads, self.kv_heads, self.head_dim, self.eps)
         return (rotate(q.transpose(1, 2), cos, sin), rotate(k.transpose(1, 2), cos, sin),
-                v.view(rows, length, kv_heads, dim).transpose(1, 2))
+                v.transpose(1, 2))
 
-    def _rest(self, layer: FusedLayer, x: Tensor, attended: Tensor) -> Tensor:
-        """The block after attention: output projection, residual, MLP, residual."""
-        rows, length, _ = x.shape
-        x = x + F.linear(attended.transpose(1, 2).reshape(rows, length, -1), layer.out)
-        gate, up = F.linear(F.rms_norm(x, x.shape[-1:], layer.mlp_norm, self.eps),
-                            layer.gate_up).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, layer.down)
+
+def _merge_heads(attended: Tensor) -> Tensor:
+    """[N, H, T, D] -> [N, T, H D]."""
+    rows, _, length, _ = attended.shape
+    return attended.transpose(1, 2).reshape(rows, length, -1)
 
 
 def _right_padded(rows: Sequence[Sequence[int]], width: int, pad_id: int) -> Tensor:
