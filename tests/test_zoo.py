@@ -30,6 +30,7 @@ from hacrl.zoo import (
     zoo_model_dir,
 )
 from hacrl.zoo import build as build_mod
+from hacrl.zoo import sft as sft_mod
 from hacrl.zoo.sft import encode_examples, sft_train
 
 QUESTION = "What is 47+38?"
@@ -163,7 +164,8 @@ def test_sft_examples_mask_prompt(toks: dict[str, PreTrainedTokenizerBase]) -> N
 
 
 @pytest.mark.parametrize("family", ["qwen", "llama"])
-def test_micro_model_loads_and_generates(micro: dict[str, Path], family: str) -> None:
+def test_micro_model_loads_and_generates(micro: dict[str, Path], family: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     path = micro[family]
     assert (path / "model.safetensors").is_file()
     assert json.loads((path / "zoo_card.json").read_text())["spec"]["family"] == family
@@ -179,6 +181,12 @@ def test_micro_model_loads_and_generates(micro: dict[str, Path], family: str) ->
     assert len(out) == 2 and all(isinstance(o, str) for o in out)
     # left padding must not change a prompt's greedy continuation
     assert greedy_generate(model, tok, ["What is 1+2?"], max_new_tokens=8) == out[1:]
+    # the zoo's models on a CPU decode through the lean decoder: generate's tokens
+    assert sft_mod.lean_decoder(model) is not None
+    questions = [p.question for p in load_split("tiny_math500")[:24]]
+    lean = greedy_generate(model, tok, questions, max_new_tokens=12, batch_size=10)
+    monkeypatch.setattr(sft_mod, "lean_decoder", lambda model: None)
+    assert greedy_generate(model, tok, questions, max_new_tokens=12, batch_size=10) == lean
 
 
 def test_sft_deterministic(toks: dict[str, PreTrainedTokenizerBase]) -> None:
