@@ -14,7 +14,7 @@ from hacrl.arith import load_split
 from hacrl.zoo import ZOO, SFTConfig, ZooSpec, build_model, build_tokenizer, build_zoo, make_config
 from hacrl.zoo import build as build_mod
 from hacrl.zoo import sft as sft_mod
-from hacrl.zoo.schedule import finish_time, group_runs, run_cost, schedule
+from hacrl.zoo.schedule import expected_steps, finish_time, group_runs, run_cost, schedule
 from hacrl.zoo.specs import shares_sft
 
 
@@ -134,3 +134,15 @@ def test_zoo_schedule_keeps_both_workers_busy() -> None:
     # the workers finish within 5 % of an even split of the work
     assert finish_time(costs, 2) <= 1.05 * sum(costs) / 2
     assert finish_time(costs, 2) <= finish_time(sorted(costs, reverse=True), 2)
+
+
+def test_progress_line_shows_the_expected_steps_only_while_short_of_them() -> None:
+    specs = [ZOO["qwen3-4b"], ZOO["qwen3-4b-instruct"]]
+    expected = expected_steps("qwen3-4b")
+    assert expected is not None
+    early = build_mod._progress_line(specs, 100, 0.031, 12.4)
+    assert early == (f"[zoo] qwen3-4b+qwen3-4b-instruct: SFT step 100 of ~{expected}, "
+                     "probe accuracy 0.03 (target 0.55), 12 s")
+    # a machine whose build runs past the recorded steps: no "of ~N" smaller than the step
+    late = build_mod._progress_line(specs, expected + 50, 0.2, 99.0)
+    assert f"SFT step {expected + 50}, probe" in late and " of ~" not in late

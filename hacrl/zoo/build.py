@@ -173,16 +173,22 @@ def build_models(
         if time.perf_counter() - shown[0] < 15.0:
             return
         shown[0] = time.perf_counter()
-        names = "+".join(s.name for s in specs)
-        goal = max((t for t in targets if t is not None), default=None)
-        expected = expected_steps(lead.name)
-        print(f"[zoo] {names}: SFT step {step}" + (f" of ~{expected}" if expected else "")
-              + f", probe accuracy {acc:.2f}" + (f" (target {goal:.2f})" if goal else "")
-              + f", {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        print(_progress_line(specs, step, acc, time.perf_counter() - t0), file=sys.stderr,
+              flush=True)
 
     sft_train_stages(model, tok, load_split("train"), cfg, load_probe(), targets, save,
                      probed if progress else None)
     return cards
+
+
+def _progress_line(specs: Sequence[ZooSpec], step: int, acc: float, seconds: float) -> str:
+    """One progress line of a running SFT run; the expected steps (one machine's build:
+    other CPUs take more or fewer, see ``_STEPS_SEEN``) only while the run is short of them."""
+    goal = max((s.target_accuracy for s in specs), default=None)
+    expected = expected_steps(specs[0].name)
+    about = f" of ~{expected}" if expected and step < expected else ""
+    return (f"[zoo] {'+'.join(s.name for s in specs)}: SFT step {step}{about}, probe accuracy "
+            f"{acc:.2f}" + (f" (target {goal:.2f})" if goal else "") + f", {seconds:.0f} s")
 
 
 def _card(

@@ -17,8 +17,9 @@ from hacrl.zoo.specs import ZOO, ZooSpec, shares_sft
 __all__ = ["expected_steps", "finish_time", "group_runs", "run_cost", "schedule"]
 
 # SFT steps each model took to reach its target in the seed-0 build of this zoo version
-# (the cards' sft_steps). How long SFT takes cannot be read off a spec, and only the order
-# of the runs depends on these numbers, never a model.
+# (the cards' sft_steps) on one machine; other CPUs round floats differently and take other
+# step counts (qwen3-4b-base: 800-2500). How long SFT takes cannot be read off a spec, and
+# only the order of the runs and the progress lines depend on these numbers, never a model.
 _STEPS_SEEN: dict[str, int] = {
     "qwen3-1.7b-base": 925,
     "qwen3-4b-base": 1750,
