@@ -39,12 +39,12 @@ import torch
 
 from hacrl.config import ConfigError, JobSpec, compose, validate
 from hacrl.engines.base import Engine
-from hacrl.engines.lean_decoder import lean_decoder, lean_generate
 from hacrl.engines.prompt_sharing import prompt_sharing_applies, prompt_sharing_logprobs
 from hacrl.job import agent_engine, job_dir, loop_settings
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.rollout import TokenView
 from hacrl.tasks import grader, load_problems
+from hacrl.zoo.lean_decoder import lean_decoder, lean_generate
 
 PHASES = ("generate", "logprob", "update")  # the phases with a tensor floor
 STEP_PHASES = ("generate", "verify", "logprob", "update")  # what a step's metrics time

@@ -1,4 +1,4 @@
-"""The lean decoder (`hacrl.engines.lean_decoder`) computes what transformers' `generate` does for
+"""The lean decoder (`hacrl.zoo.lean_decoder`) computes what transformers' `generate` does for
 the zoo's model families on a CPU: the same logits up to float rounding, the same greedy and
 sampled tokens (temperature, top-k, top-p) from the same random stream, the same log-probs; it
 steps aside for anything else; the local engine and lm-eval's greedy requests use it."""
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from hacrl.engines import sampling as sampling_module
-from hacrl.engines.lean_decoder import lean_decoder, lean_generate
 from hacrl.engines.sampling import hf_sample
 from hacrl.rollout import SamplingParams
+from hacrl.zoo.lean_decoder import lean_decoder, lean_generate
 
 FAMILIES = ["qwen3-4b-base", "llama3.2-1b-instruct"]
 

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hacrl.engines.lean_decoder import (
+from hacrl.rollout import TokenView
+from hacrl.zoo.lean_decoder import (
     FusedLayer,
     finish_block,
     fused_layer,
@@ -36,7 +37,6 @@ from hacrl.engines.lean_decoder import (
     rotate,
     zoo_family,
 )
-from hacrl.rollout import TokenView
 
 __all__ = ["prompt_sharing_applies", "prompt_sharing_logprobs", "by_prompt"]
 

@@ -13,8 +13,8 @@ import torch
 
 from hacrl.engines.base import Generation
 from hacrl.engines.kv_cache import preallocated_cache
-from hacrl.engines.lean_decoder import lean_decoder, lean_generate
 from hacrl.rollout import SamplingParams
+from hacrl.zoo.lean_decoder import lean_decoder, lean_generate
 
 
 @torch.no_grad()
@@ -22,7 +22,7 @@ def hf_sample(model: Any, rows: list[list[int]], sampling: SamplingParams, *, pa
               eos: int, device: torch.device | str = "cpu",
               logprobs_temperature: float | None = None) -> list[Generation]:
     """One response per row of prompt ids, batched with left padding: the lean decoder for the
-    zoo's models on a CPU (`hacrl.engines.lean_decoder`), else `generate` with a preallocated
+    zoo's models on a CPU (`hacrl.zoo.lean_decoder`), else `generate` with a preallocated
     KV cache (`hacrl.engines.kv_cache`); the same tokens either way.
 
     A response ends with its EOS (kept, `finished`) or at `max_new_tokens` (unfinished).

@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hacrl.arith import Problem, grade_many
-from hacrl.engines.lean_decoder import lean_decoder, lean_generate
+from hacrl.zoo.lean_decoder import lean_decoder, lean_generate
 
 __all__ = [
     "SFTConfig",
