@@ -44,7 +44,6 @@ __all__ = [
 
 CARD_NAME = "zoo_card.json"
 _CARD_FORMAT = 1
-transformers.utils.logging.disable_progress_bar()  # one bar per saved shard is noise here
 
 
 def default_zoo_dir() -> Path:
@@ -114,6 +113,8 @@ def _save_model_dir(model: PreTrainedModel, tok: PreTrainedTokenizerBase, card: 
     """Write model, tokenizer and card (last) into a temp folder, then rename it into place."""
     tmp = final.with_name(f".{final.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # one bar per saved shard is noise here
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
@@ -121,6 +122,8 @@ def _save_model_dir(model: PreTrainedModel, tok: PreTrainedTokenizerBase, card: 
             json.dump(card, f, indent=2)
         _install(tmp, final)
     finally:
+        if bars:  # importing the zoo (engines do, for the lean decoder) leaves bars alone
+            transformers.utils.logging.enable_progress_bar()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
