@@ -142,7 +142,7 @@ def greedy_generate(
         for i, p in enumerate(prompts):
             ids[i, length - len(p) :] = torch.tensor(p)
             mask[i, length - len(p) :] = 1
-        decoder = lean_decoder(model)  # the zoo's models on a CPU: generate's tokens, faster
+        decoder = lean_decoder(model)
         if decoder is not None:
             new, _ = lean_generate(decoder, ids, mask, max_new_tokens=max_new_tokens, eos=[eos],
                                    pad_id=pad, greedy=True)
