@@ -5,6 +5,8 @@ steps aside for anything else; the local engine and lm-eval's greedy requests us
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +210,15 @@ def test_lm_eval_generate_until_takes_it(micro_zoo: Path, one_thread: None,
     lm.generate_until(requests({"until": [], "do_sample": True, "temperature": 0.7,
                                 "max_gen_toks": 8}), disable_tqdm=True)
     assert len(ran) == taken
+
+
+def test_importing_the_decoder_leaves_the_zoo_builder_unloaded() -> None:
+    # engines and evaluation import the decoder; the builder's model classes cost ~2 s more
+    code = ("import sys, hacrl.engines.sampling, hacrl.zoo.lean_decoder; "
+            "print(sorted(m for m in sys.modules if m.startswith('hacrl.zoo')))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    assert out == "['hacrl.zoo', 'hacrl.zoo.lean_decoder']"
+    from hacrl import zoo  # the package's names still load on first use
+
+    assert zoo.build_zoo.__module__ == "hacrl.zoo.build" and "ZOO" in zoo.__all__

@@ -1,19 +1,37 @@
-"""Tiny Hugging Face causal LMs standing in for the paper's models, built locally by SFT."""
+"""Tiny Hugging Face causal LMs standing in for the paper's models, built locally by SFT.
 
-from hacrl.zoo.build import (
-    build_micro_model,
-    build_model,
-    build_models,
-    build_zoo,
-    default_zoo_dir,
-    is_built,
-    load_card,
-    zoo_model_dir,
-)
-from hacrl.zoo.sft import SFTConfig, SFTResult, greedy_generate, probe_accuracy, render_prompt
-from hacrl.zoo.specs import ZOO, ZooSpec, make_config
-from hacrl.zoo.tokenizers import FAMILIES, build_tokenizer
+The names below load on first use: `hacrl.zoo.lean_decoder` (pure torch, imported by the
+engines and evaluation) must not pull the builder's transformers model classes in with it.
+"""
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hacrl.zoo.build import (
+        build_micro_model,
+        build_model,
+        build_models,
+        build_zoo,
+        default_zoo_dir,
+        is_built,
+        load_card,
+        zoo_model_dir,
+    )
+    from hacrl.zoo.sft import SFTConfig, SFTResult, greedy_generate, probe_accuracy, render_prompt
+    from hacrl.zoo.specs import ZOO, ZooSpec, make_config
+    from hacrl.zoo.tokenizers import FAMILIES, build_tokenizer
+
+_HOME = {
+    **dict.fromkeys(("build_micro_model", "build_model", "build_models", "build_zoo",
+                     "default_zoo_dir", "is_built", "load_card", "zoo_model_dir"), "build"),
+    **dict.fromkeys(("SFTConfig", "SFTResult", "greedy_generate", "probe_accuracy",
+                     "render_prompt"), "sft"),
+    **dict.fromkeys(("ZOO", "ZooSpec", "make_config"), "specs"),
+    **dict.fromkeys(("FAMILIES", "build_tokenizer"), "tokenizers"),
+}
 __all__ = [
     "FAMILIES",
     "SFTConfig",
@@ -34,3 +52,9 @@ __all__ = [
     "render_prompt",
     "zoo_model_dir",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'hacrl.zoo' has no attribute {name!r}")
+    return getattr(import_module(f"hacrl.zoo.{_HOME[name]}"), name)

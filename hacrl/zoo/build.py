@@ -122,7 +122,7 @@ def _save_model_dir(model: PreTrainedModel, tok: PreTrainedTokenizerBase, card: 
             json.dump(card, f, indent=2)
         _install(tmp, final)
     finally:
-        if bars:  # importing the zoo (engines do, for the lean decoder) leaves bars alone
+        if bars:  # a process that builds a model keeps its bars for everything else
             transformers.utils.logging.enable_progress_bar()
         shutil.rmtree(tmp, ignore_errors=True)
 
