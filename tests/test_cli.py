@@ -24,3 +24,21 @@ def test_version_is_the_package_version() -> None:
     out = subprocess.run([sys.executable, "-m", "hacrl.cli", "--version"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == f"hacrl {__version__}"
+
+
+def test_zoo_build_refuses_models_of_another_seed(tmp_path: Path) -> None:
+    import json
+
+    from hacrl.zoo import ZOO
+
+    name = "llama3.2-1b-instruct"
+    (tmp_path / name).mkdir()
+    card = {"name": name, "seed": 0, "spec": ZOO[name].to_dict()}
+    (tmp_path / name / "zoo_card.json").write_text(json.dumps(card))
+    out = subprocess.run([sys.executable, "-m", "hacrl.cli", "zoo", "build", name, "--seed", "1",
+                          "--root", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{name} with seed 0, not 1" in lines[0]
+    assert "--root" in lines[0] and "--force" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing built or removed

@@ -297,6 +297,12 @@ def test_build_atomic_card_last_and_skip(
 
     monkeypatch.setattr(build_mod, "build_models", boom)
     assert build_zoo(root=tmp_path, names=[fast_zoo], workers=1) == {fast_zoo: card}
+    # ... but one built with another seed or recipe is not passed off as the requested one
+    with pytest.raises(ValueError, match=f"{fast_zoo} with seed 0, not 1.*--root"):
+        build_zoo(root=tmp_path, names=[fast_zoo], seed=1, workers=1)
+    monkeypatch.setitem(ZOO, fast_zoo, dataclasses.replace(ZOO[fast_zoo], lr=0.5))
+    with pytest.raises(ValueError, match=f"{fast_zoo} with another lr.*--force"):
+        build_zoo(root=tmp_path, names=[fast_zoo], workers=1)
     # ... unless forced
     with pytest.raises(AssertionError, match="rebuilt"):
         build_zoo(root=tmp_path, names=[fast_zoo], workers=1, force=True)

@@ -174,18 +174,18 @@ def _status(args: argparse.Namespace, overrides: list[str]) -> int:
 def _zoo(args: argparse.Namespace) -> int:
     import logging
 
-    from hacrl.zoo import build_zoo, default_zoo_dir
+    from hacrl.zoo import build_zoo, default_zoo_dir, kept_models
     from hacrl.zoo.specs import validate_names
 
+    root = Path(args.root) if args.root else default_zoo_dir()
     try:
-        validate_names(args.names or None)
+        kept_models(root, validate_names(args.names or None), args.seed, args.force)
     except ValueError as err:
         print(f"hacrl: zoo build: {err}", file=sys.stderr)
         return 2
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    root = Path(args.root) if args.root else default_zoo_dir()
     print(f"building the tiny zoo in {root} ({args.workers} workers; about 3.5-6 minutes on "
           "2 cores; models already built are kept)", file=sys.stderr)
     cards = build_zoo(root=root, names=args.names or None, seed=args.seed, workers=args.workers,
@@ -350,7 +350,8 @@ def _add_zoo_parser(sub: Any) -> None:
     build.add_argument("names", nargs="*", help="models to build (default: all)")
     build.add_argument("--root", default=None, help="zoo directory (default: $HACRL_ZOO_DIR or "
                        "~/.cache/hacrl/zoo/v1)")
-    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--seed", type=int, default=0, help="initialisation and data order "
+                       "(another seed is another draw of the zoo; give it its own --root)")
     build.add_argument("--workers", type=int, default=2)
     build.add_argument("--force", action="store_true", help="rebuild models already built")
 

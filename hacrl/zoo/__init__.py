@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         build_zoo,
         default_zoo_dir,
         is_built,
+        kept_models,
         load_card,
         zoo_model_dir,
     )
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 
 _HOME = {
     **dict.fromkeys(("build_micro_model", "build_model", "build_models", "build_zoo",
-                     "default_zoo_dir", "is_built", "load_card", "zoo_model_dir"), "build"),
+                     "default_zoo_dir", "is_built", "kept_models", "load_card", "zoo_model_dir"),
+                    "build"),
     **dict.fromkeys(("SFTConfig", "SFTResult", "greedy_generate", "probe_accuracy",
                      "render_prompt"), "sft"),
     **dict.fromkeys(("ZOO", "ZooSpec", "make_config"), "specs"),
@@ -46,6 +48,7 @@ __all__ = [
     "default_zoo_dir",
     "greedy_generate",
     "is_built",
+    "kept_models",
     "load_card",
     "make_config",
     "probe_accuracy",

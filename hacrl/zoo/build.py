@@ -38,6 +38,7 @@ __all__ = [
     "build_zoo",
     "default_zoo_dir",
     "is_built",
+    "kept_models",
     "load_card",
     "zoo_model_dir",
 ]
@@ -68,6 +69,16 @@ def load_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
     with (zoo_model_dir(name, root) / CARD_NAME).open(encoding="utf-8") as f:
         card: dict[str, Any] = json.load(f)
     return card
+
+
+def _misfit(card: dict[str, Any], spec: ZooSpec, seed: int) -> str:
+    """How the built model of ``card`` differs from what ``spec`` and ``seed`` build ("" if
+    not)."""
+    if card.get("seed") != seed:
+        return f"seed {card.get('seed')}, not {seed}"
+    built = card.get("spec", {})
+    changed = [k for k, v in spec.to_dict().items() if built.get(k) != v]
+    return f"another {', '.join(changed)}" if changed else ""
 
 
 def _init_seed(spec: ZooSpec, seed: int) -> int:
@@ -237,6 +248,30 @@ def _build_in_worker(names: list[str], root: str, seed: int) -> list[dict[str, A
                         progress=True)
 
 
+def kept_models(
+    root: Path, names: Sequence[str], seed: int = 0, force: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The cards of the named models that ``build_zoo`` keeps (complete, and not ``force``).
+
+    Raises ValueError if one of them was built with another seed or recipe: a build asking for
+    seed 1 must not silently return seed-0 models.
+    """
+    if force:
+        return {}
+    cards = {name: load_card(name, root) for name in names if is_built(name, root)}
+    misfits: dict[str, list[str]] = {}
+    for name, card in cards.items():
+        if why := _misfit(card, ZOO[name], seed):
+            misfits.setdefault(why, []).append(name)
+    if misfits:
+        built = "; ".join(f"{', '.join(models)} with {why}" for why, models in misfits.items())
+        raise ValueError(
+            f"{root} holds models built differently from this request ({built}): build into "
+            "another directory (--root) or replace them (--force)"
+        )
+    return cards
+
+
 def build_zoo(
     root: str | Path | None = None,
     names: Sequence[str] | None = None,
@@ -255,13 +290,8 @@ def build_zoo(
     todo_names = validate_names(None if names is None else list(names))
     base = Path(root) if root is not None else default_zoo_dir()
     base.mkdir(parents=True, exist_ok=True)
-    cards: dict[str, dict[str, Any]] = {}
-    todo = []
-    for name in todo_names:
-        if is_built(name, base) and not force:
-            cards[name] = load_card(name, base)
-        else:
-            todo.append(name)
+    cards = kept_models(base, todo_names, seed, force)
+    todo = [name for name in todo_names if name not in cards]
     runs = schedule(group_runs(todo), workers)
     # each model's share of its run's expected cost: the ETA weighs the long runs as such
     shown = ItemProgress("zoo", todo, {n: run_cost(r) / len(r) for r in runs for n in r})
