@@ -73,11 +73,11 @@ def load_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
 
 def _misfit(card: dict[str, Any], spec: ZooSpec, seed: int) -> str:
     """How the built model of ``card`` differs from what ``spec`` and ``seed`` build ("" if
-    not)."""
+    not). Spec fields an older card does not record are not held against it."""
     if card.get("seed") != seed:
         return f"seed {card.get('seed')}, not {seed}"
     built = card.get("spec", {})
-    changed = [k for k, v in spec.to_dict().items() if built.get(k) != v]
+    changed = [k for k, v in spec.to_dict().items() if k in built and built[k] != v]
     return f"another {', '.join(changed)}" if changed else ""
 
 
