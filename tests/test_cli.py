@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from hacrl.zoo import ZOO
 
 
 def test_zoo_build_unknown_model_is_one_line(tmp_path: Path) -> None:
@@ -27,10 +30,6 @@ def test_version_is_the_package_version() -> None:
 
 
 def test_zoo_build_refuses_models_of_another_seed(tmp_path: Path) -> None:
-    import json
-
-    from hacrl.zoo import ZOO
-
     name = "llama3.2-1b-instruct"
     (tmp_path / name).mkdir()
     card = {"name": name, "seed": 0, "spec": ZOO[name].to_dict()}
