@@ -64,8 +64,9 @@ def cell_runs(store: Store, cell: CellRecord, agent: str | None) -> pd.DataFrame
     runs = store.runs
     if not cell.trains:
         path = cell.model_paths.get(agent or "", "")
+        draw = runs[T.ZOO_SEED].fillna("0").replace("", "0")  # untagged: the default draw
         return runs[(runs[T.KIND] == T.EVAL) & (runs[T.MODEL_PATH] == path)
-                    & (runs[T.SCALE] == cell.scale)]
+                    & (runs[T.SCALE] == cell.scale) & (draw == str(cell.zoo_seed))]
     if agent is None:
         return runs[(runs[T.CONFIG_HASH] == cell.id) & (runs[T.KIND] == T.JOB)]
     return runs[(runs[T.CONFIG_HASH] == cell.id) & (runs[T.KIND] == T.AGENT)

@@ -40,9 +40,13 @@ class Context:
 
     @property
     def scale_note(self) -> str:
-        return (f"{self.scale} scale" if self.scale == "paper" else
-                f"{self.scale} scale (the project's tiny models: not comparable to the paper's "
-                "numbers in absolute terms)")
+        if self.scale == "paper":
+            return f"{self.scale} scale"
+        draws = sorted({c.zoo_seed for c in self.cells})
+        zoo = "the project's tiny models" if draws in ([], [0]) else \
+            f"the project's tiny models, zoo draw {', '.join(map(str, draws))}"
+        return (f"{self.scale} scale ({zoo}: not comparable to the paper's numbers in absolute "
+                "terms)")
 
     def logged_benchmark(self, benchmark: str) -> str:
         """A paper benchmark's name as this scale logs it (`math500` -> `tiny_math500`)."""

@@ -143,6 +143,8 @@ def training_identity(cfg: DictConfig) -> dict[str, Any]:
             value = cfg[key]
             ident[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     ident["scale"] = cfg.scale.name
+    if zoo_seed(cfg):  # another draw of the tiny zoo is other models; the default keeps old ids
+        ident["zoo_seed"] = zoo_seed(cfg)
     ident["engine"] = {"name": cfg.engine.name, "dtype": cfg.engine.dtype}
     if cfg.engine.get("old_logprobs", "recompute") != "recompute":
         ident["engine"]["old_logprobs"] = cfg.engine.old_logprobs
@@ -150,11 +152,22 @@ def training_identity(cfg: DictConfig) -> dict[str, Any]:
         ident["task"].pop("data_dir")
     method = METHODS.get(str(cfg.method.name))
     if method is not None and not method.trains:  # evaluation only: the models are the identity
-        return {k: ident[k] for k in ("agents", "method", "seed", "scale", "task") if k in ident}
+        return {k: ident[k] for k in ("agents", "method", "seed", "scale", "zoo_seed", "task")
+                if k in ident}
     if method is not None and not method.shares_rollouts:
         for key in CROSS_AGENT_KEYS:
             ident.get("algo", {}).pop(key, None)
     return ident
+
+
+def zoo_seed(cfg: DictConfig) -> int | None:
+    """`scale.zoo_seed`: which draw of the tiny zoo the models are (`hacrl zoo build --seed`);
+    None at a scale without a zoo."""
+    value = cfg.scale.get("zoo_seed")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ConfigError(f"scale.zoo_seed={value}: must be an integer >= 0 (the --seed the zoo "
+                          "was built with), or null at a scale without a zoo")
+    return value
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -187,11 +200,31 @@ def model_path(cfg: DictConfig, index: int, name: str, check: bool = True) -> st
             hint = ("rebuild it with `hacrl zoo build --force " + name + "`" if scale == "tiny"
                     else "download it again")
             raise ConfigError(f"agents[{index}]={name}: {damage}; {hint}")
+        check_zoo_draw(cfg, index, name, local)
         if not any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             raise ConfigError(f"agents[{index}]={name}: {local} has no tokenizer "
                               "(tokenizer.json / tokenizer_config.json); save the tokenizer "
                               "next to the model")
     return path
+
+
+def check_zoo_draw(cfg: DictConfig, index: int, name: str, local: Path) -> None:
+    """A zoo model built with another seed than `scale.zoo_seed` is refused (ConfigError): its
+    runs would pass for the other draw's cells (same config hash) and be reused or mixed with
+    them. Models without a zoo card (hub models, test micro models) are not checked."""
+    from hacrl.zoo.cards import zoo_draw
+
+    wanted = zoo_seed(cfg)
+    try:
+        drawn = zoo_draw(local)
+    except ValueError as err:
+        raise ConfigError(f"agents[{index}]={name}: {err}") from None
+    if wanted is not None and drawn is not None and drawn != wanted:
+        raise ConfigError(
+            f"agents[{index}]={name}: {local} was built with zoo seed {drawn} (its zoo_card.json), "
+            f"but scale.zoo_seed={wanted}: pass scale.zoo_seed={drawn} (jobs on another zoo "
+            f"draw are other cells), or point scale.model_root / $HACRL_ZOO_DIR at a zoo built "
+            f"with --seed {wanted}")
 
 
 def validate(cfg: DictConfig) -> JobSpec:

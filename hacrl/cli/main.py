@@ -194,6 +194,9 @@ def _zoo(args: argparse.Namespace) -> int:
         print(f"{name}: probe accuracy {card.get('probe_accuracy', float('nan')):.2f}, "
               f"{card.get('param_count', 0)} params")
     print(f"zoo at {root}")
+    if args.seed:  # jobs check their models' cards against scale.zoo_seed
+        print(f"its jobs: HACRL_ZOO_DIR={root} hacrl ... scale.zoo_seed={args.seed} (another "
+              "zoo draw is other cells)")
     return 0
 
 
@@ -351,7 +354,8 @@ def _add_zoo_parser(sub: Any) -> None:
     build.add_argument("--root", default=None, help="zoo directory (default: $HACRL_ZOO_DIR or "
                        "~/.cache/hacrl/zoo/v1)")
     build.add_argument("--seed", type=int, default=0, help="initialisation and data order "
-                       "(another seed is another draw of the zoo; give it its own --root)")
+                       "(another seed is another draw of the zoo: give it its own --root, and "
+                       "its jobs scale.zoo_seed=SEED)")
     build.add_argument("--workers", type=int, default=2)
     build.add_argument("--force", action="store_true", help="rebuild models already built")
 

@@ -279,14 +279,19 @@ def target_from_run(tracker: Tracker, run_id: str) -> Target:
 
 def standalone_run(tracker: Tracker, cfg: DictConfig, label: str, model_path: str, method: str,
                    step: int = 0) -> str:
-    """The run holding a model's own evaluations (found again by model path and scale)."""
+    """The run holding a model's own evaluations (found again by model path, scale and zoo
+    draw: a zoo rebuilt in place with another seed holds other models at the same paths)."""
+    from hacrl.config import zoo_seed
+
+    draw = str(zoo_seed(cfg) or 0)
     query = T.where({T.KIND: T.EVAL, T.MODEL_PATH: model_path, T.SCALE: str(cfg.scale.name)})
     for run in tracker.find_runs(query):
-        return str(run.info.run_id)
+        if T.zoo_draw(run.data.tags) == draw:
+            return str(run.info.run_id)
     run_id = tracker.start_run(T.agent_run_name(method, label), {
         **standard_tags("hacrl eval"), T.KIND: T.EVAL, T.METHOD: method, T.MODEL: label,
         T.SCALE: str(cfg.scale.name), T.SEED: str(cfg.seed), T.MODEL_PATH: model_path,
-        T.STEP: str(step)})
+        T.STEP: str(step), T.ZOO_SEED: draw})
     return run_id  # left RUNNING: the caller ends it FINISHED or FAILED after evaluating
 
 

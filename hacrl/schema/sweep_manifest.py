@@ -61,6 +61,7 @@ class CellRecord:
     # benchmarks its evaluations cover (names as logged); [] (manifests before it): all of them
     benchmarks: list[str] = field(default_factory=list)
     scale: str = ""
+    zoo_seed: int = 0                  # the tiny zoo's draw (`scale.zoo_seed`); 0 without a zoo
     # resolved settings a report needs even when the cell has no run yet
     params: dict[str, Any] = field(default_factory=dict)
 

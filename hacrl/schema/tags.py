@@ -34,6 +34,7 @@ SWEEP = "sweep"        # a report run: the sweep it reports
 RUN_DIR = "hacrl.run_dir"            # a job's folder (`hacrl.layout.RunDir`)
 MODEL_PATH = "hacrl.model_path"      # an evaluation run: the weights it scored
 STEP = "hacrl.step"                  # ... and the training step they stand at
+ZOO_SEED = "hacrl.zoo_seed"          # ... and the tiny zoo's draw they belong to (scale.zoo_seed)
 CELL = "hacrl.cell"                  # the sweep cell a job serves
 SWEEPS = "hacrl.sweeps"              # ... and the sweeps that asked for it (comma-separated)
 RESUMED_AT_STEP = "hacrl.resumed_at_step"
@@ -49,6 +50,12 @@ SOURCE_COMMIT = "mlflow.source.git.commit"   # the UI's "Source" column and run 
 SOURCE_NAME = "mlflow.source.name"
 SOURCE_TYPE = "mlflow.source.type"
 USER = "mlflow.user"
+
+def zoo_draw(tags: dict[str, str]) -> str:
+    """The zoo draw an evaluation run's tags name: runs from before draws were told apart (and
+    runs at a scale without a zoo) belong to the default draw, "0"."""
+    return tags.get(ZOO_SEED) or "0"
+
 
 def job_run_name(method: str, pair: str, seed: object) -> str:
     """What the runs list shows for a job: `hacpo · qwen3-1.7b-base+qwen3-4b-base · seed 0`."""

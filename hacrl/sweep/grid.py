@@ -211,7 +211,7 @@ def composing_once(compose: Compose, dirs: tuple[Path, ...]) -> Compose:
 
 
 def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
-    from hacrl.config import model_path
+    from hacrl.config import check_zoo_draw, model_path, zoo_seed
     from hacrl.evaluation import Protocol
     from hacrl.evaluation.protocol import benchmark_data
 
@@ -220,7 +220,10 @@ def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
     cell.run_dir = str(Layout.at(cfg.output_root).run(cell.id, cell.method).path)
     # not checked here: a cell whose model is missing fails alone, with its own message
     cell.model_paths = {a: model_path(cfg, i, a, check=False) for i, a in enumerate(cell.agents)}
+    for i, agent in enumerate(cell.agents):  # ... but another zoo draw stops the whole sweep:
+        check_zoo_draw(cfg, i, agent, Path(cell.model_paths[agent]))  # no cell is right then
     cell.scale = str(cfg.scale.name)
+    cell.zoo_seed = zoo_seed(cfg) or 0
     data = benchmark_data(cfg)
     cell.protocol_keys = {str(name): Protocol.from_config(node, data=data).key
                           for name, node in cfg.eval.protocols.items()}

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         load_card,
         zoo_model_dir,
     )
+    from hacrl.zoo.cards import zoo_draw
     from hacrl.zoo.sft import SFTConfig, SFTResult, greedy_generate, probe_accuracy, render_prompt
     from hacrl.zoo.specs import ZOO, ZooSpec, make_config
     from hacrl.zoo.tokenizers import FAMILIES, build_tokenizer
@@ -33,6 +34,7 @@ _HOME = {
                      "render_prompt"), "sft"),
     **dict.fromkeys(("ZOO", "ZooSpec", "make_config"), "specs"),
     **dict.fromkeys(("FAMILIES", "build_tokenizer"), "tokenizers"),
+    "zoo_draw": "cards",
 }
 __all__ = [
     "FAMILIES",
@@ -53,6 +55,7 @@ __all__ = [
     "make_config",
     "probe_accuracy",
     "render_prompt",
+    "zoo_draw",
     "zoo_model_dir",
 ]
 

@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 
 from hacrl.arith import load_probe, load_split
 from hacrl.eta import ItemProgress
+from hacrl.zoo.cards import CARD_NAME
 from hacrl.zoo.schedule import expected_steps, group_runs, run_cost, schedule
 from hacrl.zoo.sft import SFTConfig, SFTResult, probe_accuracy, sft_train, sft_train_stages
 from hacrl.zoo.specs import ZOO, ZooSpec, make_config, shares_sft, validate_names
@@ -43,7 +44,6 @@ __all__ = [
     "zoo_model_dir",
 ]
 
-CARD_NAME = "zoo_card.json"
 _CARD_FORMAT = 1
 
 
