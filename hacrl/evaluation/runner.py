@@ -283,15 +283,18 @@ def standalone_run(tracker: Tracker, cfg: DictConfig, label: str, model_path: st
     draw: a zoo rebuilt in place with another seed holds other models at the same paths)."""
     from hacrl.config import zoo_seed
 
-    draw = str(zoo_seed(cfg) or 0)
+    seed = zoo_seed(cfg)  # None: a scale without a zoo
+    draw = str(seed or 0)
     query = T.where({T.KIND: T.EVAL, T.MODEL_PATH: model_path, T.SCALE: str(cfg.scale.name)})
     for run in tracker.find_runs(query):
         if T.zoo_draw(run.data.tags) == draw:
             return str(run.info.run_id)
-    run_id = tracker.start_run(T.agent_run_name(method, label), {
-        **standard_tags("hacrl eval"), T.KIND: T.EVAL, T.METHOD: method, T.MODEL: label,
-        T.SCALE: str(cfg.scale.name), T.SEED: str(cfg.seed), T.MODEL_PATH: model_path,
-        T.STEP: str(step), T.ZOO_SEED: draw})
+    tags = {**standard_tags("hacrl eval"), T.KIND: T.EVAL, T.METHOD: method, T.MODEL: label,
+            T.SCALE: str(cfg.scale.name), T.SEED: str(cfg.seed), T.MODEL_PATH: model_path,
+            T.STEP: str(step)}
+    if seed is not None:
+        tags[T.ZOO_SEED] = draw
+    run_id = tracker.start_run(T.agent_run_name(method, label), tags)
     return run_id  # left RUNNING: the caller ends it FINISHED or FAILED after evaluating
 
 

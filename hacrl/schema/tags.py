@@ -51,6 +51,7 @@ SOURCE_NAME = "mlflow.source.name"
 SOURCE_TYPE = "mlflow.source.type"
 USER = "mlflow.user"
 
+
 def zoo_draw(tags: dict[str, str]) -> str:
     """The zoo draw an evaluation run's tags name: runs from before draws were told apart (and
     runs at a scale without a zoo) belong to the default draw, "0"."""
