@@ -41,3 +41,10 @@ def test_zoo_build_refuses_models_of_another_seed(tmp_path: Path) -> None:
     assert len(lines) == 1 and f"{name} with seed 0, not 1" in lines[0]
     assert "--root" in lines[0] and "--force" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing built or removed
+
+    # the same request on models of seed 1: kept, and the jobs' scale.zoo_seed is named
+    (tmp_path / name / "zoo_card.json").write_text(json.dumps({**card, "seed": 1}))
+    out = subprocess.run([sys.executable, "-m", "hacrl.cli", "zoo", "build", name, "--seed", "1",
+                          "--root", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"HACRL_ZOO_DIR={tmp_path} hacrl ... scale.zoo_seed=1" in out.stdout
