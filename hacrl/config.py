@@ -219,12 +219,13 @@ def check_zoo_draw(cfg: DictConfig, index: int, name: str, local: Path) -> None:
         drawn = zoo_draw(local)
     except ValueError as err:
         raise ConfigError(f"agents[{index}]={name}: {err}") from None
-    if wanted is not None and drawn is not None and drawn != wanted:
+    if drawn is not None and drawn != (wanted or 0):  # null: the identity of the default draw
+        given = "null" if wanted is None else wanted
         raise ConfigError(
             f"agents[{index}]={name}: {local} was built with zoo seed {drawn} (its zoo_card.json), "
-            f"but scale.zoo_seed={wanted}: pass scale.zoo_seed={drawn} (jobs on another zoo "
+            f"but scale.zoo_seed={given}: pass scale.zoo_seed={drawn} (jobs on another zoo "
             f"draw are other cells), or point scale.model_root / $HACRL_ZOO_DIR at a zoo built "
-            f"with --seed {wanted}")
+            f"with --seed {wanted or 0}")
 
 
 def validate(cfg: DictConfig) -> JobSpec:

@@ -201,4 +201,3 @@ def test_validation_runs_on_the_first_problems_of_its_benchmark():
     assert validation_problems(compose([])) == full[:200]  # scale=tiny: 200 of 1300
     assert validation_problems(compose(["validation.problems=7"])) == full[:7]
     assert validation_problems(compose(["validation.problems=null"])) == full
-

@@ -44,6 +44,8 @@ def test_a_zoo_of_another_draw_is_refused_until_its_seed_is_given(micro_zoo, mon
     assert "zoo seed 1" in message and "scale.zoo_seed=0" in message
     assert "pass scale.zoo_seed=1" in message and "\n" not in message
     assert validate(compose(["scale.zoo_seed=1"])).cfg.scale.zoo_seed == 1
+    with pytest.raises(ConfigError, match=r"scale.zoo_seed=null: pass scale.zoo_seed=1"):
+        validate(compose(["scale.zoo_seed=null"]))  # null is the default draw's identity
     with pytest.raises(ConfigError, match=r"scale.zoo_seed=-1: must be an integer >= 0"):
         validate(compose(["scale.zoo_seed=-1"]))
     (tmp_path / "zoo" / "qwen3-1.7b-base" / "zoo_card.json").write_text("{not json")
@@ -54,6 +56,7 @@ def test_a_zoo_of_another_draw_is_refused_until_its_seed_is_given(micro_zoo, mon
 def test_a_sweep_on_another_zoo_draw_has_its_own_cells(micro_zoo, monkeypatch, tmp_path):
     from hacrl.sweep.grid import expand
 
+    monkeypatch.setenv("HACRL_ZOO_DIR", str(micro_zoo))  # micro models: no zoo draw to check
     default = {c.id for c in expand("table2", lambda o: compose(o)).cells}
     monkeypatch.setenv("HACRL_ZOO_DIR", str(_drawn_zoo(micro_zoo, tmp_path / "zoo", 2)))
     with pytest.raises(ConfigError, match=r"built with zoo seed 2 .* pass scale.zoo_seed=2"):
@@ -71,6 +74,8 @@ def test_a_base_models_evaluation_belongs_to_its_zoo_draw(new_output_root, tmp_p
     from hacrl.evaluation.runner import standalone_run
     from hacrl.schema import tags as T
     from hacrl.schema.sweep_manifest import CellRecord
+    from hacrl.sweep.grid import Cell
+    from hacrl.sweep.state import artifacts_status
     from hacrl.tracking import Tracker
 
     uri = f"sqlite:///{new_output_root() / 'mlflow.db'}"
@@ -86,12 +91,21 @@ def test_a_base_models_evaluation_belongs_to_its_zoo_draw(new_output_root, tmp_p
     assert standalone_run(tracker, cfg, "qwen3-4b-base", path, "base") == first  # found again
     assert standalone_run(tracker, compose(), "qwen3-4b-base", path, "base") == old
 
+    paper = standalone_run(tracker, compose(["scale=paper"]), "m", "org/m", "base")
+    assert T.ZOO_SEED not in tracker.client.get_run(paper).data.tags  # no zoo at paper scale
+
+    # the sweep's "done" check: each run holds its draw's evaluation (protocol key, benchmarks)
+    for run in (old, first):
+        tracker.set_tags(run, {T.eval_tag("main", "key"): "k",
+                               T.eval_tag("main", "benchmarks"): '["tiny_gsm8k"]'})
     store = open_store(uri, "hacrl-tiny")
     for draw, run in ((0, old), (1, first), (2, None)):
         cell = CellRecord(id="x", overrides=[], method="base", agents=["qwen3-4b-base"], seed=0,
-                          trains=False, model_paths={"qwen3-4b-base": path}, scale="tiny",
+                          protocols=["main"], trains=False, model_paths={"qwen3-4b-base": path},
+                          protocol_keys={"main": "k"}, benchmarks=["tiny_gsm8k"], scale="tiny",
                           zoo_seed=draw)
         assert list(cell_runs(store, cell, "qwen3-4b-base")["run_id"]) == ([run] if run else [])
+        assert artifacts_status(Cell.of(cell), tracker) == (("done", run) if run else ("absent", ""))
 
 
 def test_a_report_names_the_zoo_draw_it_shows():
@@ -105,3 +119,26 @@ def test_a_report_names_the_zoo_draw_it_shows():
 
     assert "zoo draw" not in note(0, 0)  # the default draw reads as before
     assert "tiny models, zoo draw 1:" in note(1, 1)
+
+
+def test_a_report_is_made_from_the_manifest_of_its_own_draw(micro_zoo, monkeypatch, tmp_path):
+    """`hacrl report table2 scale.zoo_seed=1` after a draw-0 sweep in the same output root
+    expands the draw-1 cells instead of reporting the manifest's draw-0 cells."""
+    from hacrl.cli.sweep_report import report_record
+    from hacrl.layout import Layout
+    from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
+    from hacrl.sweep.grid import expand
+
+    monkeypatch.setenv("HACRL_ZOO_DIR", str(micro_zoo))
+    root = tmp_path / "out"
+    here = [f"output_root={root}"]
+    swept = expand("table2", lambda o: compose([*here, *o])).cells
+    write_manifest(Layout.at(root).sweep("table2").path,
+                   SweepManifest(sweep="table2", cells=list(swept)))
+    assert [c.id for c in report_record("table2", here, compose(here)).cells] == \
+        [c.id for c in swept]  # the manifest's cells, as before
+
+    monkeypatch.setenv("HACRL_ZOO_DIR", str(_drawn_zoo(micro_zoo, tmp_path / "zoo", 1)))
+    other = [*here, "scale.zoo_seed=1"]
+    cells = report_record("table2", other, compose(other)).cells
+    assert {c.zoo_seed for c in cells} == {1} and not {c.id for c in cells} & {c.id for c in swept}

@@ -106,14 +106,15 @@ def _report_after(run: SweepRun) -> None:
 def report_record(name: str, overrides: list[str], cfg: DictConfig,
                   dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> SweepManifest:
     """The record `hacrl report` makes sweep `name`'s report from: the manifest's cells when
-    that sweep ran at this scale under this output root, else a fresh expansion."""
-    from hacrl.config import compose
+    that sweep ran at this scale and zoo draw under this output root, else a fresh expansion."""
+    from hacrl.config import compose, zoo_seed
 
     definition = sweep_definition(name, dirs)
     manifest = read_manifest(Layout.at(cfg.output_root).sweep(name).path)
     cells = manifest.cells if manifest else []
     if not (manifest and manifest.sweep == name and cells and all(c.params for c in cells)
-            and all(c.scale == str(cfg.scale.name) for c in cells)):
+            and all(c.scale == str(cfg.scale.name) and c.zoo_seed == (zoo_seed(cfg) or 0)
+                    for c in cells)):
         cells = list(expand(name, lambda extra: compose([*overrides, *extra]), dirs).cells)
     return SweepManifest(sweep=name, cells=cells, arguments=overrides,
                          tracking_uri=manifest.tracking_uri if manifest else "",

@@ -25,8 +25,9 @@ def zoo_draw(model_dir: str | Path) -> int | None:
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: unreadable zoo card ({err}); rebuild the model with "
-                         "`hacrl zoo build --force <name>`") from None
+        raise ValueError(f"{path}: unreadable zoo card ({err}); rebuild the model: `hacrl zoo "
+                         f"build --force {path.parent.name} --root {path.parent.parent}` with "
+                         "the --seed the zoo was built with") from None
     if not isinstance(card, dict) or "init_seed" not in card:
         return None
     seed = card.get("seed")
