@@ -198,7 +198,7 @@ def build_models(
 def _progress_line(specs: Sequence[ZooSpec], step: int, acc: float, seconds: float) -> str:
     """One progress line of a running SFT run; the expected steps (one machine's build:
     other CPUs take more or fewer, see ``_STEPS_SEEN``) only while the run is short of them."""
-    expected = expected_steps(specs[0].name)
+    expected = max((expected_steps(s.name) or 0 for s in specs), default=0)  # the last stop
     about = f" of ~{expected}" if expected and step < expected else ""
     return (f"[zoo] {'+'.join(s.name for s in specs)}: SFT step {step}{about}, probe accuracy "
             f"{acc:.2f} (target {max(s.target_accuracy for s in specs):.2f}), {seconds:.0f} s")

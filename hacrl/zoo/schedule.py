@@ -17,17 +17,19 @@ from hacrl.zoo.specs import ZOO, ZooSpec, shares_sft
 __all__ = ["expected_steps", "finish_time", "group_runs", "run_cost", "schedule"]
 
 # SFT steps each model took to reach its target in the seed-0 build of this zoo version
-# (the cards' sft_steps) on one machine; other CPUs round floats differently and take other
-# step counts (qwen3-4b-base: 800-2500). How long SFT takes cannot be read off a spec, and
-# only the order of the runs and the progress lines depend on these numbers, never a model.
+# (the cards' sft_steps) on the machine the README's timings come from (fresh clones there
+# build these weights byte for byte); other CPUs round floats differently and take other
+# step counts (qwen3-4b-base: 800-2500; an older machine's table ordered this machine's runs
+# ~3% worse). How long SFT takes cannot be read off a spec, and only the order of the runs
+# and the progress lines depend on these numbers, never a model.
 _STEPS_SEEN: dict[str, int] = {
-    "qwen3-1.7b-base": 925,
-    "qwen3-4b-base": 1750,
-    "qwen3-8b-base": 1100,
-    "qwen3-4b": 1200,
-    "qwen3-4b-instruct": 1625,
-    "llama3.2-1b-instruct": 1375,
-    "llama3.2-3b-instruct": 1275,
+    "qwen3-1.7b-base": 725,
+    "qwen3-4b-base": 800,
+    "qwen3-8b-base": 750,
+    "qwen3-4b": 950,
+    "qwen3-4b-instruct": 1425,
+    "llama3.2-1b-instruct": 1400,
+    "llama3.2-3b-instruct": 2225,
 }
 # Mean tokens of a chat-rendered training example: one per character for the qwen family,
 # about half that with the llama family's BPE.
