@@ -143,8 +143,8 @@ def training_identity(cfg: DictConfig) -> dict[str, Any]:
             value = cfg[key]
             ident[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     ident["scale"] = cfg.scale.name
-    if zoo_seed(cfg):  # another draw of the tiny zoo is other models; the default keeps old ids
-        ident["zoo_seed"] = zoo_seed(cfg)
+    if draw := zoo_seed(cfg):  # another draw of the tiny zoo is other models; 0 keeps old ids
+        ident["zoo_seed"] = draw
     ident["engine"] = {"name": cfg.engine.name, "dtype": cfg.engine.dtype}
     if cfg.engine.get("old_logprobs", "recompute") != "recompute":
         ident["engine"]["old_logprobs"] = cfg.engine.old_logprobs

@@ -252,3 +252,9 @@ class Tracker:
     def find_runs(self, query: str) -> list[Any]:
         return list(self.client.search_runs([self.experiment_id], query, max_results=10_000,
                                             order_by=["attributes.start_time DESC"]))
+
+    def model_evaluations(self, model_path: str, scale: str, draw: str) -> list[Any]:
+        """The evaluation runs of the model at `model_path` (a base model's or a checkpoint's
+        own, not a job's), newest first, at `scale` and of zoo draw `draw` (`T.zoo_draw`)."""
+        runs = self.find_runs(T.where({T.KIND: T.EVAL, T.MODEL_PATH: model_path, T.SCALE: scale}))
+        return [r for r in runs if T.zoo_draw(r.data.tags) == draw]

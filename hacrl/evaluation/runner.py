@@ -285,10 +285,8 @@ def standalone_run(tracker: Tracker, cfg: DictConfig, label: str, model_path: st
 
     seed = zoo_seed(cfg)  # None: a scale without a zoo
     draw = str(seed or 0)
-    query = T.where({T.KIND: T.EVAL, T.MODEL_PATH: model_path, T.SCALE: str(cfg.scale.name)})
-    for run in tracker.find_runs(query):
-        if T.zoo_draw(run.data.tags) == draw:
-            return str(run.info.run_id)
+    for run in tracker.model_evaluations(model_path, str(cfg.scale.name), draw):
+        return str(run.info.run_id)
     tags = {**standard_tags("hacrl eval"), T.KIND: T.EVAL, T.METHOD: method, T.MODEL: label,
             T.SCALE: str(cfg.scale.name), T.SEED: str(cfg.seed), T.MODEL_PATH: model_path,
             T.STEP: str(step)}

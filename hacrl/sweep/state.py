@@ -95,9 +95,7 @@ def artifacts_status(cell: Cell, tracker: Tracker) -> tuple[str, str]:
     if not cell.trains:
         ids = []
         for path in cell.model_paths.values():
-            runs = [r for r in tracker.find_runs(T.where({T.KIND: T.EVAL, T.MODEL_PATH: path,
-                                                          T.SCALE: cell.scale}))
-                    if T.zoo_draw(r.data.tags) == str(cell.zoo_seed)]
+            runs = tracker.model_evaluations(path, cell.scale, str(cell.zoo_seed))
             if not runs or not _evaluated(tracker, runs[0].info.run_id, cell):
                 return "absent", ""
             ids.append(runs[0].info.run_id)
