@@ -54,7 +54,8 @@ def test_the_sampler_draws_the_same_tokens_whether_it_scores_them(micro_zoo: Pat
     assert all(g.logprobs is None for _, g in greedy)  # validation needs no scores
 
 
-def test_old_logprobs_is_checked_and_only_sampler_enters_the_identity() -> None:
+def test_old_logprobs_is_checked_and_only_sampler_enters_the_identity(job_env: Path) -> None:
+    # job_env: validate checks the agents' models first, so it needs a zoo (the micro one)
     with pytest.raises(ConfigError, match=r"engine\.old_logprobs=forward: use sampler or recompute"):
         validate(compose(["engine.old_logprobs=forward"]))
     with pytest.raises(ConfigError, match="engine.old_logprobs"):
