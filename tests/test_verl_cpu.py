@@ -57,8 +57,10 @@ def ray_env(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _cfg(micro_zoo: Path, root: Path, *overrides: str):
+    # data.root under the test's folder: the engine writes its RL parquet there, not in ~/.cache
     return compose(["engine=verl", "engine.device=cpu", "pair=size", f"output_root={root}",
-                    f"scale.model_root={micro_zoo}", "train.lr=1e-3", *overrides])
+                    f"scale.model_root={micro_zoo}", f"data.root={root / 'data'}",
+                    "train.lr=1e-3", *overrides])
 
 
 def _rows(engine: LocalEngine, seed: int = 0) -> list[TokenView]:
