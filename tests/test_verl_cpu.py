@@ -56,10 +56,10 @@ def ray_env(tmp_path_factory: pytest.TempPathFactory):
             os.environ[key] = value
 
 
-def _cfg(micro_zoo: Path, root: Path, *overrides: str):
-    # data.root under the test's folder: the engine writes its RL parquet there, not in ~/.cache
+def _cfg(micro_zoo: Path, data_root: Path, root: Path, *overrides: str):
+    # data.root: the tests' data folder, where the engine writes its RL parquet (not ~/.cache)
     return compose(["engine=verl", "engine.device=cpu", "pair=size", f"output_root={root}",
-                    f"scale.model_root={micro_zoo}", f"data.root={root / 'data'}",
+                    f"scale.model_root={micro_zoo}", f"data.root={data_root}",
                     "train.lr=1e-3", *overrides])
 
 
@@ -107,12 +107,13 @@ def _state(path: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def verl_engine(micro_zoo: Path, ray_env: None, tmp_path_factory: pytest.TempPathFactory):
+def verl_engine(micro_zoo: Path, data_root: Path, ray_env: None,
+                tmp_path_factory: pytest.TempPathFactory):
     """One verl CPU engine (2 ranks) with a reference model, and its initial checkpoint."""
     from hacrl.engines.base import make_engine
 
     root = tmp_path_factory.mktemp("verl-agree")
-    cfg = _cfg(micro_zoo, root, "method=hacpo")
+    cfg = _cfg(micro_zoo, data_root, root, "method=hacpo")
     spec = validate(cfg)
     assert spec.loss.kl_coef > 0, "as_run profile: the KL term is on"
     context = EngineContext(cfg=cfg, agent_name=AGENT, agent_index=0, n_agents=1, loss=spec.loss,
@@ -126,12 +127,13 @@ def verl_engine(micro_zoo: Path, ray_env: None, tmp_path_factory: pytest.TempPat
 
 
 @pytest.mark.parametrize("method", ["gspo", "hacpo", "grpo"])
-def test_first_updates_agree_with_the_local_engine(verl_engine, micro_zoo: Path, method: str):
+def test_first_updates_agree_with_the_local_engine(verl_engine, micro_zoo: Path, data_root: Path,
+                                                   method: str):
     from hacrl.engines.verl.worker_loss import loss_callable
 
     engine, root = verl_engine
     engine.load(root / "initial")  # every method starts from the same weights and optimizer
-    cfg = _cfg(micro_zoo, root, f"method={method}", "profile=as_run")
+    cfg = _cfg(micro_zoo, data_root, root, f"method={method}", "profile=as_run")
     config = validate(cfg).loss
     if method == "hacpo":
         assert config.kl_coef > 0 and config.alpha != 1.0 or config.cross_clip
