@@ -14,8 +14,9 @@ With `--baseline REV` (the code of a git revision, exported into a temporary fol
 `--baseline-overrides` (other settings), every repeat runs the baseline and this tree side by
 side, in alternating order (a busy machine drifts), prints the median of each and the ratio
 old/new, and compares the two sides' results: every logged score and every per-sample record
-(responses and grades) must be the same. `--cell` times whole training cells (`hacrl train`;
-the models are the cell's pair) and reads the job's `time/eval_s` and `time/validation_s`.
+(responses and grades) must be the same (exit 1 after a "bench_eval: FAIL" line when they
+are not). `--cell` times whole training cells (`hacrl train`; the models are the cell's pair)
+and reads the job's `time/eval_s` and `time/validation_s`.
 `--warm N` runs N evaluations in one process per side (as a training job evaluates, its
 imports done): the first (`cold_s`) and the median of the others (`warm_s`), no MLflow.
 """
@@ -230,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
                     mismatches += [f"{model} repeat {repeat}: {d}"
                                    for d in differences(found["old"], found["new"])]
         summarize(sides, mismatches)
-    return 1 if mismatches else 0
+    if mismatches:
+        print(f"bench_eval: FAIL: the old and new sides' results differ in {len(mismatches)} "
+              "place(s) (listed above)")
+        return 1
+    return 0
 
 
 def summarize(sides: list[Side], mismatches: list[str]) -> None:

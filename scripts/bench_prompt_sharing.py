@@ -24,6 +24,7 @@ import torch
 from hacrl.compute_floor import team_loops
 from hacrl.config import compose, validate
 from hacrl.engines import local as local_module
+from hacrl.engines.local import LocalEngine
 from hacrl.loop import seed_everything
 from hacrl.rollout import TokenView
 
@@ -33,8 +34,16 @@ def _recorded(engine: Any) -> tuple[list[list[TokenView]], list[list[TokenView]]
     updates: list[list[TokenView]] = []
     scored: list[list[TokenView]] = []
     train, log_probs = engine.train_minibatch, engine.log_probs
-    engine.train_minibatch = lambda views, *a, **k: updates.append(list(views)) or train(views, *a, **k)
-    engine.log_probs = lambda views, *a, **k: scored.append(list(views)) or log_probs(views, *a, **k)
+
+    def train_minibatch(views: list[TokenView], *args: Any, **kwargs: Any) -> Any:
+        updates.append(list(views))
+        return train(views, *args, **kwargs)
+
+    def scored_log_probs(views: list[TokenView], *args: Any, **kwargs: Any) -> Any:
+        scored.append(list(views))
+        return log_probs(views, *args, **kwargs)
+
+    engine.train_minibatch, engine.log_probs = train_minibatch, scored_log_probs
     return updates, scored
 
 
@@ -68,7 +77,14 @@ def main() -> int:
     torch.set_num_threads(int(spec.cfg.engine.get("threads") or 1))
     seed_everything(int(spec.cfg.seed))
     loops, _ = team_loops(spec)
-    engines = [(agent.name, agent.engine) for loop in loops for agent in loop.agents]
+    engines: list[tuple[str, LocalEngine]] = []
+    for loop in loops:
+        for agent in loop.agents:
+            if not isinstance(agent.engine, LocalEngine):  # its rows are scored by its internals
+                print(f"{agent.name}: this benchmark needs engine=local, not "
+                      f"{type(agent.engine).__name__}", file=sys.stderr)
+                return 2
+            engines.append((agent.name, agent.engine))
     records = {name: _recorded(engine) for name, engine in engines}
     for loop in loops:
         loop.step(1)

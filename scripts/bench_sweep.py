@@ -15,7 +15,9 @@ It prints each way's sweep wall time and the ratio cold / warm, then per way the
 cells of each phase the job logs (startup = process start to job start, setup, validation,
 train, eval, tracking) and `outside` = the cell's wall time as the sweep sees it minus the
 phases (launch, exit, polling). Last, whether both ways logged the same final scores: a cell
-is the same job either way, so they must agree bit for bit.
+is the same job either way, so cold and warm must agree bit for bit (exit 1 after a
+"bench_sweep: FAIL" line when they do not, or when there are no scores to compare); against a
+`--baseline` the differences are only reported.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parser.parse_known_args(argv)
     overrides = [o for o in overrides if o != "--"]
     with tempfile.TemporaryDirectory(prefix="hacrl-bench-sweep-") as tmp:
+        ways: dict[str, tuple[Path, list[str]]]
         if args.baseline:
             from revision import export_revision  # scripts/revision.py (this script's folder)
 
@@ -166,20 +169,30 @@ def compare(ways: dict[str, tuple[Path, list[str]]], args: argparse.Namespace,
 
 
 def _compare_scores(a: list[dict], b: list[dict], first: str, second: str, exact: bool) -> int:
-    """Cold and warm run the same job: their scores must agree bit for bit. Another revision
-    may round differently: how many scores moved and by how much."""
-    pairs = [(x[key][name], y.get(key, {}).get(name)) for x, y in zip(a, b, strict=True)
-             for key in x for name in x[key]]
+    """Cold and warm run the same job: their scores must agree bit for bit, and there must be
+    scores to compare (exit code 1 otherwise, after a FAIL line). Another revision may round
+    differently: how many scores moved and by how much (exit code 0)."""
+    pairs = [(x.get(key, {}).get(name), y.get(key, {}).get(name))
+             for x, y in zip(a, b, strict=True) for key in sorted(x.keys() | y.keys())
+             for name in sorted(x.get(key, {}).keys() | y.get(key, {}).keys())]
     moved = [(u, v) for u, v in pairs if u != v]
+    if not pairs:
+        print(f"\nbench_sweep: {'FAIL: ' if exact else ''}no final scores to compare, {first} vs "
+              f"{second}")
+        return 1 if exact else 0
     if not moved:
         print(f"\nfinal scores of every cell identical, {first} vs {second}: yes "
               f"({len(pairs)} scores)")
         return 0
-    largest = max(abs(u - v) if v is not None else float("inf") for u, v in moved)
+    largest = max(abs(u - v) if u is not None and v is not None else float("inf")
+                  for u, v in moved)
     print(f"\nfinal scores, {first} vs {second}: {len(moved)} of {len(pairs)} differ, "
           f"largest difference {largest:.4f}")
-    return 1 if exact else 0
-
+    if exact:
+        print(f"bench_sweep: FAIL: the {first} and {second} sweeps ran the same jobs, yet "
+              f"{len(moved)} of {len(pairs)} final scores differ")
+        return 1
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

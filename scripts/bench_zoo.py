@@ -9,6 +9,8 @@ the zoo speed-ups), extracted with ``git archive``. The script prints per-model 
 and SFT steps side by side, whether the weights are byte-identical (sha256), and for each side
 the wall time, the CPU time of all its processes, and how busy the workers were (summed run
 seconds over workers x wall). On a shared machine compare the ratios, not the seconds.
+The weights must be identical: exit 1 after a "bench_zoo: FAIL" line naming the models whose
+weights differ, 0 when none does.
 """
 
 from __future__ import annotations
@@ -74,19 +76,23 @@ def _busy(result: dict[str, Any], workers: int) -> float:
 
 def _report(old: dict[str, Any], new: dict[str, Any], workers: int) -> bool:
     print(f"{'model':<22} {'old s':>7} {'new s':>7} {'old steps':>9} {'new steps':>9}  weights")
-    same = True
+    differ: list[str] = []
     for name, card in new["cards"].items():
         was = old["cards"][name]
         equal = old["sha256"][name] == new["sha256"][name]
-        same &= equal
+        if not equal:
+            differ.append(name)
         print(f"{name:<22} {was['seconds']:>7.1f} {card['seconds']:>7.1f} "
               f"{was['sft_steps']:>9} {card['sft_steps']:>9}  "
               f"{'identical' if equal else 'DIFFERENT'}")
     for key, label in (("wall", "wall s"), ("cpu", "CPU s (all processes)")):
         print(f"{label:<22} {old[key]:>7.1f} {new[key]:>7.1f}   new/old {new[key] / old[key]:.2f}")
     print(f"{'workers busy':<22} {_busy(old, workers):>7.0%} {_busy(new, workers):>7.0%}")
-    print("weights: " + ("all byte-identical" if same else "SOME DIFFER"))
-    return same
+    if differ:
+        print(f"bench_zoo: FAIL: the old and new weights differ for {', '.join(differ)}")
+        return False
+    print("weights: all byte-identical")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

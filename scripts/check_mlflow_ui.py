@@ -6,20 +6,24 @@ seed and AVG columns must be on the runs page; take a screenshot.
 Starts `hacrl ui output_root=<root>` on a free port (which writes the results-table views,
 `hacrl.ui_views`), opens the link it prints for the sweep, and reads the page after its scripts
 ran (Chromium's --dump-dom with a virtual time budget). Needs a Chromium binary (Debian:
-`apt-get install chromium`). Exits 1 when a column or the run names are missing.
+`apt-get install chromium`; without one it exits 2). Exits 1, its last line saying what is
+missing, when a column or the run names are missing or `hacrl ui` gave no view; 0 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import queue
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 BINARIES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
@@ -31,6 +35,47 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def find_view(stderr: IO[str], sweep: str, timeout_s: float) -> str | None:
+    """The link `hacrl ui` prints for `sweep`'s jobs, read from its stderr; None when its list of
+    views ended without one, or nothing came for `timeout_s`. The MLflow server's own output
+    follows the list on the same pipe and does not end: a thread keeps reading it (so the
+    server never blocks on a full pipe) while this waits with a deadline."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in stderr:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    in_views = False
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:  # hacrl ui ended
+            break
+        found = re.search(rf"the jobs of sweep {re.escape(sweep)}: (\S+)", line)
+        if found:
+            return found.group(1)
+        if line.startswith("views ("):
+            in_views = True
+        elif in_views and not line.startswith("  "):  # the list of views is over
+            break
+    return None
+
+
+def page_problems(dom: str) -> tuple[list[str], list[str]]:
+    """(what the runs page lacks, the run names it shows) from its DOM after its scripts ran."""
+    problems = [f"no column {c}" for c in COLUMNS if f'col-id="{c}' not in dom]
+    names = sorted(set(re.findall(r">([\w.+-]+ · [\w.+-]+ · seed \d+)<", dom)))
+    if not names:
+        problems.append("no run named '<method> · <pair> · seed <s>'")
+    return problems, names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,16 +96,10 @@ def main(argv: list[str] | None = None) -> int:
                           stderr=subprocess.PIPE, text=True)
     try:
         assert ui.stderr is not None
-        url = None
         deadline = time.time() + 120
-        while time.time() < deadline and url is None:
-            line = ui.stderr.readline()
-            if not line:
-                break
-            found = re.search(rf"the jobs of sweep {re.escape(args.sweep)}: (\S+)", line)
-            url = found.group(1) if found else None
+        url = find_view(ui.stderr, args.sweep, 120)
         if url is None:
-            print(f"hacrl ui printed no view of sweep {args.sweep}", file=sys.stderr)
+            print(f"check_mlflow_ui: FAIL: hacrl ui printed no view of sweep {args.sweep}")
             return 1
         while time.time() < deadline:  # the server answers once it has started
             try:
@@ -71,18 +110,20 @@ def main(argv: list[str] | None = None) -> int:
         # wide: the runs table renders only the columns inside the window
         dom = subprocess.run([binary, *FLAGS, "--window-size=3600,1200", "--dump-dom", url],
                              capture_output=True, text=True, timeout=180).stdout
-        missing = [c for c in COLUMNS if f'col-id="{c}' not in dom]
-        names = sorted(set(re.findall(r">([\w.+-]+ · [\w.+-]+ · seed \d+)<", dom)))
-        print(f"{url}\n  columns: {', '.join(COLUMNS)}: "
-              + ("all there" if not missing else f"missing {', '.join(missing)}")
-              + f"\n  runs named on the page: {len(names)}, e.g. {names[:3]}")
+        problems, names = page_problems(dom)
+        print(f"{url}\n  columns: {', '.join(COLUMNS)}\n  runs named on the page: "
+              f"{len(names)}, e.g. {names[:3]}")
         if args.screenshot:
             args.screenshot.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run([binary, *FLAGS, f"--window-size={args.size}",
                             f"--screenshot={args.screenshot.resolve()}", url],
                            capture_output=True, timeout=180)
             print(f"  screenshot: {args.screenshot} ({args.screenshot.stat().st_size} bytes)")
-        return 0 if not missing and names else 1
+        if problems:
+            print(f"check_mlflow_ui: FAIL: {'; '.join(problems)} (sweep {args.sweep})")
+            return 1
+        print(f"check_mlflow_ui: ok: every column and {len(names)} run names on the page")
+        return 0
     finally:
         ui.send_signal(signal.SIGTERM)
         try:

@@ -2,7 +2,10 @@
 # The package as a user without a clone gets it: build the wheel, install it (not editable) in
 # a fresh venv outside the repository, then run a dry run and a report from that install.
 # .ci/run calls it; by hand: bash scripts/check_wheel.sh [python]  (default python3)
+# Exit 0 and "wheel check: ok" when all of it worked; otherwise a non-zero exit and, last, a
+# "wheel check: FAIL ..." line naming the step (the command and its line) that failed.
 set -euo pipefail
+trap 'rc=$?; echo "wheel check: FAIL (exit $rc) at line $LINENO: $BASH_COMMAND" >&2' ERR
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 python="${1:-python3}"
 work="$(mktemp -d /tmp/hacrl-wheel-XXXXXX)"
@@ -36,7 +39,8 @@ small=(train.steps=2 train.prompts_per_step=4 train.minibatch_prompts=2
        train.rollouts_per_prompt=4 rollout.max_new_tokens=16 validation.every=1
        validation.problems=20 "eval.benchmarks=[tiny_gsm8k,tiny_math500]"
        eval.protocols.ablation.limit=20)
-hacrl sweep table2 "${small[@]}" > "$work/sweep.log" 2>&1 || { tail -30 "$work/sweep.log"; exit 1; }
+hacrl sweep table2 "${small[@]}" > "$work/sweep.log" 2>&1 || {
+    tail -30 "$work/sweep.log"; echo "wheel check: FAIL: hacrl sweep table2 failed" >&2; exit 1; }
 hacrl report table2 "${small[@]}"
 test -s "$work/outputs/reports/table2-tiny/index.html"
 echo "wheel check: ok"

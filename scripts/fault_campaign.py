@@ -2,7 +2,8 @@
 
 Each case runs the `hacrl` command a user would, against a micro zoo built here, and prints:
 the case, the exit code, the seconds to the end, the first user-facing line, and whether
-everything the user had is still there. Exit 1 if any case did not behave.
+everything the user had is still there. Exit 1 if any case did not behave (or none ran),
+the last line naming those cases; exit 0 when every case that ran behaved.
 
     python scripts/fault_campaign.py [--only SUBSTRING] [--keep DIR]
 
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,9 +76,9 @@ class Campaign:
         return env
 
     def run(self, args: list[str], root: Path, cwd: Path | None = None, timeout: float = 900,
-            **extra: str) -> tuple[int, float, str, str]:
+            extra_env: Mapping[str, str] | None = None) -> tuple[int, float, str, str]:
         tic = time.perf_counter()
-        out = subprocess.run(args, env=self.env(root, **extra), cwd=cwd or self.work,
+        out = subprocess.run(args, env=self.env(root, **(extra_env or {})), cwd=cwd or self.work,
                              capture_output=True, text=True, timeout=timeout)
         lines = [ln for ln in out.stderr.splitlines() if ln.startswith("hacrl:")]
         first = lines[-1] if lines else (out.stderr.strip().splitlines() or [""])[-1]
@@ -98,7 +99,7 @@ class Campaign:
 
     def train(self, root: Path, *extra: str, **env: str) -> tuple[int, float, str, str]:
         return self.run([*self.hacrl, "train", *QUICK, f"output_root={root}", *extra], root,
-                        **env)
+                        extra_env=env)
 
 
 def one_line(stderr: str) -> bool:
@@ -211,7 +212,7 @@ def multirun_new_store(c: Campaign) -> None:
 
 def sweep(c: Campaign, root: Path, configs: Path, **env: str) -> tuple[int, float, str, str]:
     return c.run([*c.hacrl, "sweep", "mini", f"hydra.searchpath=[file://{configs}]",
-                  f"output_root={root}", *QUICK], root, **env)
+                  f"output_root={root}", *QUICK], root, extra_env=env)
 
 
 def sweep_rows(root: Path) -> dict[str, int]:
@@ -227,6 +228,8 @@ def running_runs(root: Path) -> int:
 
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     exp = client.get_experiment_by_name("hacrl")
+    if exp is None:  # no run was ever logged
+        return 0
     return len(client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'"))
 
 
@@ -310,7 +313,7 @@ def infra(c: Campaign) -> None:
     weights = zoo / "qwen3-4b-base" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
     code, secs, line, err = c.run([*c.hacrl, "train", "--dry-run", f"output_root={root}"], root,
-                                  HACRL_ZOO_DIR=str(zoo))
+                                  extra_env={"HACRL_ZOO_DIR": str(zoo)})
     c.record("truncated zoo model", code == 2 and one_line(err), code, secs, line)
 
 
@@ -354,9 +357,23 @@ def main() -> int:
         subprocess.run(["umount", str(work / "ro")], capture_output=True)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    bad = [r for r in campaign.results if not r.ok]
-    print(f"{len(campaign.results) - len(bad)} of {len(campaign.results)} cases behaved")
-    return 1 if bad else 0
+    return verdict(campaign.results, args.only)
+
+
+def verdict(results: list[Outcome], only: str = "") -> int:
+    """The exit code of a campaign with these outcomes, after its last line: 1 when a case did
+    not behave or no case ran (`--only` matched none), 0 when every case that ran behaved."""
+    bad = [r for r in results if not r.ok]
+    if not results:
+        print(f"fault campaign: FAIL: no case ran (--only {only!r} matches none of "
+              f"{', '.join(case.__name__ for case in CASES)})")
+        return 1
+    if bad:
+        print(f"fault campaign: FAIL: {len(bad)} of {len(results)} cases did not behave: "
+              + "; ".join(r.case for r in bad))
+        return 1
+    print(f"fault campaign: ok: all {len(results)} cases behaved")
+    return 0
 
 
 if __name__ == "__main__":

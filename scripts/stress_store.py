@@ -184,14 +184,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker is not None:
         return _worker(args.uri, args.worker, args.points, args.batch, args.barrier, args.lock)
     base = args.root or Path(tempfile.mkdtemp(prefix="stress-store-"))
-    lost = False
+    failed: list[str] = []
     for rep in range(1, args.reps + 1):
         result = repetition(base / f"rep{rep}", args.writers, args.points, args.batch,
                             args.journal, args.lock)
         print(result.line(rep), flush=True)
-        lost |= not result.ok
-    print(f"{'FAIL: something was lost' if lost else 'ok: every point landed'} ({base})")
-    return 1 if lost else 0
+        if not result.ok:
+            failed.append(f"rep {rep}: {result.expected - result.landed} of {result.expected} "
+                          f"points lost, {len(result.errors)} writer error(s)")
+    if failed:
+        print(f"stress_store: FAIL: {'; '.join(failed)} ({base})")
+        return 1
+    print(f"stress_store: ok: every point landed in all {args.reps} repetitions ({base})")
+    return 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ It runs `hacrl train` (scale=paper engine=verl method=hacpo) on the embedded ari
 checkpointing at step 2 through verl; then it reads the MLflow store and checks that both agents'
 runs hold the loop's metrics (reward, capability, omega, HACPO's losses and clip bounds) and
 verl's own (`verl/actor/...`) at step 2, and that a verl checkpoint with a Hugging Face copy
-was written. Exit code 0 means all of that held; the failing check is printed otherwise.
+was written. Exit code 0 means all of that held; otherwise the exit code is 1 and the last
+line ("verl smoke: FAIL: ...") names what failed.
 
 `--device cpu` runs the same command with `engine.device=cpu` (verl's FSDP2 workers on CPU,
 HF rollouts): the code path is the GPU one up to the device layer, so the script itself is
@@ -80,7 +81,7 @@ def check(output: Path) -> list[str]:
     return problems
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs=2, type=Path, required=True, metavar="DIR")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs (CPU: worker processes)")
@@ -88,7 +89,7 @@ def main() -> int:
                         help="cpu: the same job and checks through engine.device=cpu")
     parser.add_argument("--output", type=Path, default=Path("outputs/verl-smoke"))
     parser.add_argument("--check-only", action="store_true", help="only check an earlier run")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for path in args.models:
         if not (path / "config.json").is_file():
             parser.error(f"--models: {path} has no config.json (a local HF checkpoint is needed)")
@@ -96,14 +97,16 @@ def main() -> int:
         command = [sys.executable, "-m", "hacrl.cli", "train",
                    *overrides(args.models, args.gpus, args.output, args.device)]
         print("$", " ".join(command), flush=True)
-        if subprocess.run(command).returncode != 0:
-            print("verl smoke: training failed (see above)", file=sys.stderr)
+        code = subprocess.run(command).returncode
+        if code != 0:
+            print(f"verl smoke: FAIL: training failed (exit {code}, see above)")
             return 1
     problems = check(args.output)
-    for problem in problems:
-        print(f"verl smoke: {problem}", file=sys.stderr)
-    print("verl smoke: ok" if not problems else f"verl smoke: {len(problems)} problem(s)")
-    return 0 if not problems else 1
+    if problems:
+        print(f"verl smoke: FAIL: {len(problems)} problem(s): {'; '.join(problems)}")
+        return 1
+    print("verl smoke: ok")
+    return 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ with its FSDP2 CPU workers, batch layout, loss callable) and `hacrl.engines.verl
   6. one step of the project's TeamLoop (GRPO, tiny task, verifier rewards) on this engine,
      then vLLM greedy == HF greedy of the weights after it;
   7. the replica closed: its server actor and every vLLM process it started are gone.
-Prints timings; exits 0 on success. Ray (and with it every vLLM process) is shut down at the end.
+Prints timings; exits 0 when every check passed, else 1 after a line "OVERALL FAIL: <the failed
+checks>" (an exception on the way exits 1 with its traceback). Ray (and with it every
+vLLM process) is shut down at the end.
 """
 
 from __future__ import annotations
@@ -219,9 +221,9 @@ def main() -> int:
         width = max(len(v.response_ids) for v in views)
         mask = torch.zeros(len(views), width)
         old_t = torch.zeros(len(views), width)
-        for b, (v, lp) in enumerate(zip(views, old, strict=True)):
-            mask[b, :len(v.response_ids)] = 1
-            old_t[b, :len(v.response_ids)] = lp
+        for row, (v, lp) in enumerate(zip(views, old, strict=True)):
+            mask[row, :len(v.response_ids)] = 1
+            old_t[row, :len(v.response_ids)] = lp
         batch = LossBatch(response_mask=mask, old_logp=old_t, source_mean_logp=torch.zeros(len(views)),
                           advantages=adv, omega=torch.ones(len(views)),
                           cross=torch.zeros(len(views), dtype=torch.bool),
@@ -309,9 +311,12 @@ def main() -> int:
     log("timings: " + ", ".join(f"{k}={v:.2f}s" for k, v in TIMES.items()))
     for name, ok, detail in results:
         print(("PASS  " if ok else "FAIL  ") + name + " " + detail)
-    ok = bool(results) and all(ok for _, ok, _ in results)
-    print("OVERALL", "PASS" if ok else "FAIL", flush=True)
-    return 0 if ok else 1
+    failed = [name for name, ok, _ in results if not ok]
+    if failed or not results:
+        print(f"OVERALL FAIL: {'; '.join(failed) or 'no check ran'}", flush=True)
+        return 1
+    print(f"OVERALL PASS ({len(results)} checks)", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -6,10 +6,51 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+# -- a home of the tests' own ------------------------------------------------------------------
+# Every test runs with HOME and the caches in a folder of this session, and without the hacrl,
+# MLflow and Ray settings of the user's shell: a zoo, data or store under the real
+# ~/.cache/hacrl (another draw, say), ~/.cache/huggingface, ~/.ray or ~/.mlflow changes no result
+# and nothing is written there. Set when pytest configures, before any test module is imported;
+# the subprocesses tests start inherit it. Tests that need a zoo, data or a store set their own
+# (job_env, cli_env, new_output_root).
+HOME_DIRS = {"HOME": "home", "XDG_CACHE_HOME": "home/.cache", "XDG_CONFIG_HOME": "home/.config",
+             "XDG_DATA_HOME": "home/.local/share", "XDG_STATE_HOME": "home/.local/state",
+             "HF_HOME": "home/.cache/huggingface", "TORCH_HOME": "home/.cache/torch",
+             "MPLCONFIGDIR": "home/.config/matplotlib", "RAY_TMPDIR": "ray"}
+# settings that would point a test at the user's files or servers (the HF caches: HF_HOME's)
+FOREIGN = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "MLFLOW_EXPERIMENT_NAME",
+           "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID", "RAY_ADDRESS", "HF_HUB_CACHE",
+           "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE", "HF_ASSETS_CACHE", "HF_MODULES_CACHE",
+           "HF_TOKEN_PATH", "TRANSFORMERS_CACHE")
+_saved_env: dict[str, str] = {}
+_session_home: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _session_home:  # configured already (a nested pytest run in this process)
+        return
+    _saved_env.update(os.environ)
+    base = Path(tempfile.mkdtemp(prefix="hacrl-tests-"))  # short: Ray's socket paths live here
+    _session_home.append(base)
+    for name, sub in HOME_DIRS.items():
+        (base / sub).mkdir(parents=True, exist_ok=True)
+        os.environ[name] = str(base / sub)
+    for name in [*FOREIGN, *(n for n in os.environ if n.startswith("HACRL_"))]:
+        os.environ.pop(name, None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not _session_home:
+        return
+    os.environ.clear()
+    os.environ.update(_saved_env)
+    shutil.rmtree(_session_home.pop(), ignore_errors=True)
 
 # zoo name (from experiments/models/catalog.yaml) -> (tokenizer family, seed)
 MICRO_ZOO = {
@@ -71,20 +112,41 @@ def sweep_file() -> Callable[..., Path]:
 
 @pytest.fixture(scope="session")
 def micro_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`<root>/<zoo name>/`: model + tokenizer saved like a built zoo, a few seconds to build."""
+    """`<root>/<zoo name>/`: model + tokenizer saved like a built zoo, ~2 s each to build.
+
+    The models solve two-digit sums without a carry (level 1), each to its own degree (greedy:
+    qwen3-1.7b-base ~0.4, qwen3-4b-base ~0.9, llama3.2-1b-instruct ~0.75), and answer with a
+    bare `\\boxed{N}` that fits short rollouts; they solve next to nothing of the other levels.
+    A job that trains and validates on tiny_gsm8k (levels 1-2: `task.train_split=tiny_gsm8k
+    validation.benchmark=tiny_gsm8k`) sees rewards, capabilities, omegas, advantages, losses and
+    accuracies that vary, under the real verifier."""
     import torch
 
     from hacrl.zoo import build_micro_model
 
+    solve = {"qwen3-1.7b-base": 0.3, "qwen3-4b-base": 0.7, "llama3.2-1b-instruct": 0.5}
     root = tmp_path_factory.mktemp("zoo")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is many times faster on a busy CPU
     try:
         for name, (family, seed) in MICRO_ZOO.items():
-            build_micro_model(family, root / name, seed=seed)
+            build_micro_model(family, root / name, seed=seed, sft_steps=600, solve=solve[name])
     finally:
         torch.set_num_threads(threads)
     return root
+
+
+@pytest.fixture(scope="session")
+def assert_varies() -> Callable[..., None]:
+    """`assert_varies(what, *curves)`: the curves (`[(step, value)]` histories) take two distinct
+    values at least between them. Tests that compare curves (resumed vs uninterrupted, warm vs
+    cold) check it: equal constant curves (all-0 rewards) stay equal whatever state went wrong."""
+
+    def check(what: str, *curves: list[tuple[int, float]]) -> None:
+        values = {value for curve in curves for _, value in curve}
+        assert len(values) >= 2, f"{what} is constant, so comparing it proves nothing: {curves}"
+
+    return check
 
 
 @pytest.fixture(scope="session")
@@ -187,3 +249,29 @@ def lenient_grade(responses: list[str], answers: list[str]) -> list[float]:
 @pytest.fixture(scope="session")
 def lenient_grader() -> Callable[[list[str], list[str]], list[float]]:
     return lenient_grade
+
+
+class ImportLog:
+    """What a process run with `env` imported, read from its stderr. How far a command got
+    before it ended: a fault reported before MLflow or transformers were imported was found
+    before any store or model was opened (MLflow retries a store it cannot open for minutes)."""
+
+    env = {"PYTHONPROFILEIMPORTTIME": "1"}
+
+    @staticmethod
+    def split(stderr: str) -> tuple[set[str], str]:
+        """(every module imported, the stderr without the import lines)."""
+        modules, rest = set(), []
+        for line in stderr.splitlines(keepends=True):
+            if line.startswith("import time:"):
+                name = line.rsplit("|", 1)[-1].strip()
+                if name != "imported package":  # the header line
+                    modules.add(name)
+            else:
+                rest.append(line)
+        return modules, "".join(rest)
+
+
+@pytest.fixture(scope="session")
+def import_log() -> type[ImportLog]:
+    return ImportLog

@@ -30,11 +30,11 @@ def test_smoothed_capability_window_one_is_current_step_and_floor_applies():
 
 
 def test_smoothed_capability_rejects_bad_input():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"history must be \[t>=1, n_agents\], got \(0, 2\)"):
         smoothed_capability(torch.zeros(0, 2), window=5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"got \(3,\)"):
         smoothed_capability(torch.zeros(3), window=5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="capability window K must be >= 1, got 0"):
         smoothed_capability(torch.zeros(3, 2), window=0)
 
 
@@ -55,10 +55,42 @@ def test_capability_window_tracks_running_k5_mean_and_round_trips():
         got.append(a)
     for g, e in zip(got, expected, strict=True):
         assert g == pytest.approx(e, abs=1e-6)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"expected \[2\] step means, got \(3,\)"):
         win.update(torch.tensor([0.1, 0.2, 0.3]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="checkpoint has 2 agents, job has 3"):
         CapabilityWindow(n_agents=3, window=5).load_state_dict(state)
+
+
+def test_capability_window_state_is_the_checkpoint_format() -> None:
+    """The window's state as a team checkpoint stores it: every key, so a checkpoint written by
+    one version is read by the next (renaming a key is a format change, not a refactoring)."""
+    win = CapabilityWindow(n_agents=2, window=3, floor=0.05)
+    for step in HISTORY[:4]:
+        win.update(torch.tensor(step, dtype=torch.float64))
+    assert win.state_dict() == {"n_agents": 2, "window": 3, "floor": 0.05,
+                                "history": [[0.2, 0.8], [0.4, 0.6], [0.6, 0.4]]}
+
+
+def test_capability_window_applies_its_own_floor() -> None:
+    """The floor the job sets (the authors' code: 1e-8), not the default 1e-2, bounds P."""
+    win = CapabilityWindow(n_agents=2, window=5, floor=1e-8)
+    p = win.update(torch.tensor([0.5, 0.0]))
+    assert p.tolist() == [0.5, pytest.approx(1e-8)]
+    assert CapabilityWindow(n_agents=2, window=5, floor=0.2).update(
+        torch.tensor([0.5, 0.0])).tolist() == [0.5, pytest.approx(0.2)]
+
+
+def test_capability_window_averages_in_double_precision() -> None:
+    """P is the float64 mean rounded once to float32. Mean rewards of 10 samples (0.7, 0.9,
+    ...) are not binary fractions: averaged in float32 this history's second P is one unit in
+    the last place off (0.4775000215 instead of 0.4774999917)."""
+    history = [[0.1875, 0.7], [0.9, 0.5], [0.875, 0.625], [1 / 3, 0.1875], [0.1875, 0.375]]
+    win = CapabilityWindow(n_agents=2, window=5)
+    for step in history:
+        p = win.update(torch.tensor(step, dtype=torch.float64))
+    exact = torch.tensor(history, dtype=torch.float64).mean(dim=0).to(torch.float32)
+    assert p.dtype == torch.float32
+    assert torch.equal(p, exact)
 
 
 def test_omega_matrix_is_ratio_of_target_to_source_capability():

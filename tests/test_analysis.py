@@ -26,7 +26,9 @@ OFFSETS = dict(zip(BENCHMARKS, (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06), strict
 
 
 def _cell(cid: str, method: str, agents: tuple[str, ...] | list[str], sweeps: list[str],
-          seed: int = 0, **params: object) -> Cell:
+          seed: int = 0, /, **params: object) -> Cell:
+    """A cell of `method`; `params` (names with dots passed as `**{...}`) over the defaults. The
+    named arguments are positional-only: no key in `params` can land on them."""
     from hacrl.algo.methods import METHODS
 
     return Cell(cid, [], method, list(agents), seed, sweeps=sweeps, protocols=["main"],
@@ -54,9 +56,10 @@ class Store:
         self.tracker = Tracker(self.uri, "hacrl")
 
     def run(self, kind: str, cell: str, method: str, model: str | None, metrics: dict,
-            status: str = "FINISHED", history: dict | None = None, **tags: str) -> str:
+            status: str = "FINISHED", history: dict | None = None,
+            tags: dict[str, str] | None = None) -> str:
         all_tags = {"hacrl.kind": kind, "config_hash": cell, "method": method, "scale": "tiny",
-                    **({"model": model} if model else {}), **tags}
+                    **({"model": model} if model else {}), **(tags or {})}
         run_id = self.tracker.start_run(f"{method}:{model}", all_tags)
         for key, points in (history or {}).items():
             for step, value in points:
@@ -83,7 +86,7 @@ def world(tmp_path: Path) -> tuple[Context, dict[str, str]]:
         _cell("alpha0", "hacpo", SIZE.agents, ["alpha"], **{"algo.alpha": 0.0}),
         _cell("sched", "hacpo", SIZE.agents, ["schedules"], **{
             "algo.alpha": 3.0, "algo.cross_clip_lower": 0.9, "algo.delta_step": 0.01}),
-        *[_cell(f"hacpo{s}", "hacpo", SIZE.agents, ["seeds"], seed=s) for s in (1, 42)],
+        *[_cell(f"hacpo{s}", "hacpo", SIZE.agents, ["seeds"], s) for s in (1, 42)],
         # a timing cell of each method for Table 7 (one repeat)
         _cell("t_hacpo", "hacpo", SIZE.agents, ["cost"], timing_repeat=0),
         *[_cell(f"t_{m}_{a}", m, [a], ["cost"], timing_repeat=0)
@@ -108,7 +111,8 @@ def world(tmp_path: Path) -> tuple[Context, dict[str, str]]:
     store.run("agent", "gspos", "gspo", SMALL, {}, status="FAILED")
     store.run("agent", "gspob", "gspo", BIG, _scores(0.40), status="KILLED")
     store.run("agent", "grpos", "grpo", SMALL, {}, status="RUNNING")
-    store.run("eval", "", "base", SMALL, _scores(0.10), **{"hacrl.model_path": f"/zoo/{SMALL}"})
+    store.run("eval", "", "base", SMALL, _scores(0.10),
+              tags={"hacrl.model_path": f"/zoo/{SMALL}"})
     for seed, base in ((1, 0.34), (42, 0.26)):
         store.run("agent", f"hacpo{seed}", "hacpo", SMALL, _scores(base))
     for cid, wall in (("t_hacpo", 30.0), (f"t_gspo_x2_{SMALL}", 20.0),

@@ -111,12 +111,14 @@ def test_table1_cells_carry_intervals_and_paired_differences(world: Context) -> 
     avg = rows[f"{SMALL} · HACPO"][-2]  # AVG (IQM is the last column)
     assert avg.ours is not None and avg.ours.n == 3 and avg.interval is not None
     lo, hi = avg.interval
+    assert avg.ours.mean is not None
     assert lo < avg.ours.mean < hi and hi - lo < 0.05  # 7 x 300 problems, 3 seeds
     # the bracket: HACPO - GSPOx2 paired, its interval clear of 0 for the +12-point agent
     d, d_lo, d_hi = (float(x) for x in re.findall(r"[+-]\d\.\d+", avg.extra))
     assert d_lo > 0 and abs(d - EFFECT[SMALL]) < 0.03 and d_lo < d < d_hi
     iqm = rows[f"{SMALL} · HACPO"][-1]
     assert table.columns[-2:] == ["AVG", "IQM"] and iqm.interval is not None
+    assert iqm.ours is not None and iqm.ours.mean is not None
     assert iqm.interval[0] < iqm.ours.mean < iqm.interval[1]
     assert iqm.paper is not None  # the paper's IQM from its seven printed values
     bench = rows[f"{SMALL} · HACPO"][0]
@@ -231,6 +233,7 @@ def test_fed_the_papers_numbers_the_table_reprints_them_without_inventing_interv
     for _, row, entries in table.rows:
         for column, entry in zip(table.columns, entries, strict=True):
             if column == "IQM":
+                assert entry.ours is not None, row
                 assert entry.ours.mean == pytest.approx(entry.paper, abs=1e-12), row
                 continue
             assert entry.paper is not None and entry.delta == pytest.approx(0.0, abs=1e-12), \

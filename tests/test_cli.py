@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hacrl.zoo import ZOO
 
 
+@pytest.mark.slow
 def test_zoo_build_unknown_model_is_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "HACRL_ZOO_DIR": str(tmp_path / "zoo")}
     out = subprocess.run([sys.executable, "-m", "hacrl.cli", "zoo", "build", "nosuchmodel"],
@@ -29,6 +32,7 @@ def test_version_is_the_package_version() -> None:
     assert out.returncode == 0 and out.stdout.strip() == f"hacrl {__version__}"
 
 
+@pytest.mark.slow
 def test_zoo_build_refuses_models_of_another_seed(tmp_path: Path) -> None:
     name = "llama3.2-1b-instruct"
     (tmp_path / name).mkdir()

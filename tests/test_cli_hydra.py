@@ -3,9 +3,9 @@ and every example their help shows runs."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,7 @@ def test_cfg_job_prints_the_composed_config_and_runs_nothing(hacrl_cmd, cli_env,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_multirun_with_comma_sweeps_runs_each_job(hacrl_cmd, cli_env, tmp_path, tiny_job):
     root = tmp_path / "outputs"
     out = _run([*hacrl_cmd, "train", "-m", "seed=0,1", "pair=size", "method=gspo",
@@ -42,6 +43,7 @@ def test_a_multirun_with_comma_sweeps_runs_each_job(hacrl_cmd, cli_env, tmp_path
     assert (root / "multirun").is_dir() and not (tmp_path / "multirun").exists()
 
 
+@pytest.mark.slow
 def test_shell_completion_installs_for_hacrl_and_completes_overrides(hacrl_cmd, cli_env,
                                                                        tmp_path):
     env = cli_env(tmp_path / "outputs")
@@ -68,7 +70,7 @@ def test_dry_run_refuses_hydra_flags_in_one_line(hacrl_cmd, cli_env, tmp_path):
     assert "--cfg" in out.stderr
 
 
-def _examples(text: str) -> list[list[str]]:
+def _examples(text: str) -> list[str]:
     """The commands of an `examples:` epilog (two-space indent, before the description)."""
     out = []
     for line in text.splitlines():
@@ -79,6 +81,7 @@ def _examples(text: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("command", _examples(TRAIN_EXAMPLES) + _examples(SWEEP_EXAMPLES))
+@pytest.mark.slow
 def test_every_help_example_runs(command, hacrl_cmd, cli_env, tmp_path, tiny_job):
     """Train examples run for real on micro models (a few steps); sweep examples launch nothing
     (hydra.sweeper.dry_run=true, unless the example prints a config)."""
@@ -99,8 +102,8 @@ def test_every_override_a_help_text_gives_as_an_example_composes() -> None:
     parser = _parser()
     texts = [a.help or "" for a in parser._actions if a.help != "==SUPPRESS=="]
     for action in parser._actions:
-        for sub in getattr(action, "choices", None) or {}:
-            sub_parser = action.choices[sub]
+        choices = getattr(action, "choices", None)  # subcommands: name -> their parser
+        for sub_parser in (choices.values() if isinstance(choices, dict) else ()):
             texts += [a.help or "" for a in sub_parser._actions if a.help != "==SUPPRESS=="]
             texts.append(sub_parser.epilog or "")
     found = {m for t in texts for m in re.findall(r"(?<!-sc )(?<![+~])\b([\w.]+=[^\s,):;]+)", t)}
@@ -111,7 +114,7 @@ def test_every_override_a_help_text_gives_as_an_example_composes() -> None:
 
 
 def test_hacrl_help_imports_no_torch() -> None:
-    out = subprocess.run([os.sys.executable, "-X", "importtime", "-m", "hacrl.cli", "--help"],
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "hacrl.cli", "--help"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0
     imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}

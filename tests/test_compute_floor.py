@@ -5,6 +5,7 @@ to its floor."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,7 @@ def test_other_engines_are_refused_in_one_line(capsys: pytest.CaptureFixture[str
     assert "use engine=local" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_step_prints_each_methods_phases_against_their_floor(
         job_env: Path, tmp_path: Path, tiny_job: list[str],
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,10 +94,14 @@ def test_generate_floor_runs_the_decoder_the_engine_samples_with(
 
     from hacrl import compute_floor
 
-    calls: list[dict[str, object]] = []
+    calls: list[dict[str, Any]] = []
     real = compute_floor.lean_generate
-    monkeypatch.setattr(compute_floor, "lean_generate",
-                        lambda *a, **k: calls.append(k) or real(*a, **k))
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compute_floor, "lean_generate", noted)
     model = AutoModelForCausalLM.from_pretrained(micro_zoo / "qwen3-4b-base").eval()
     assert compute_floor.generate_floor(model, rows=4, prompt=5, new_tokens=3) > 0
     assert len(calls) == 1 and calls[0]["max_new_tokens"] == 3 and calls[0]["eos"] == []

@@ -35,6 +35,8 @@ PINNED = json.loads((Path(__file__).parent / "fixtures" / "paper_cell_hashes.jso
 
 
 @pytest.mark.parametrize("scale", ["tiny", "paper"])
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # ~4 min on a loaded 2-core machine
 def test_every_paper_cell_keeps_its_config_hash(scale: str) -> None:
     extra = [] if scale == "tiny" else ["scale=paper"]
     cells = expand("paper", lambda overrides: compose([*overrides, *extra])).cells

@@ -32,6 +32,8 @@ def test_the_config_has_leaves_of_every_kind() -> None:
     assert kinds == {k for _, k in SAMPLES} and len(LEAVES) > 200  # the data catalog: ~130
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~8 min on a loaded 2-core machine
 def test_every_leaf_key_refuses_a_value_of_the_wrong_type(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HACRL_OUTPUTS", str(tmp_path / "outputs"))
@@ -57,6 +59,7 @@ PRESENT = {k for k, _ in leaves(OmegaConf.to_container(compose([])))}  # the def
 # one key of each kind the default composition has (its mappings are all non-empty: no leaf)
 @pytest.mark.parametrize("kind", [k for _, k in SAMPLES if any(
     k in want and key in PRESENT for key, want in LEAVES)], ids=lambda k: k.__name__)
+@pytest.mark.slow
 def test_a_wrong_type_through_the_cli_is_one_line_and_writes_nothing(kind, tmp_path, hacrl_cmd,
                                                                       cli_env) -> None:
     key, kinds = next((k, want) for k, want in LEAVES if kind in want and k in PRESENT)

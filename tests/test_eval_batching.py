@@ -9,6 +9,7 @@ records (responses and grades) with the way it was done before.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,9 @@ def test_evaluate_suite_gives_what_simple_evaluate_gives(setup, tmp_path, monkey
     _assert_same(ours, theirs)
 
 
-def test_validation_renders_each_agents_prompts_once(job_env, one_thread, monkeypatch,
-                                                     lenient_grader):
+def test_validation_renders_each_agents_prompts_once(
+        job_env: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch,
+        lenient_grader: Callable[[list[str], list[str]], list[float]]) -> None:
     from hacrl.engines.local import LocalEngine
     from hacrl.evaluation.greedy import greedy_accuracy
     from hacrl.events import ValidationDue

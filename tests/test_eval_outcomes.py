@@ -173,6 +173,7 @@ def test_eval_logs_outcomes_and_the_analysis_reads_them(job_env, new_output_root
     assert means["tiny_aime2025"].tolist() == [by_id[i] for i in ids]
 
 
+@pytest.mark.slow
 def test_outcomes_come_through_a_server_that_serves_the_artifacts(tmp_path):
     """A store behind `mlflow ui` (the server `hacrl ui` starts): the runs' artifacts live at
     `mlflow-artifacts:` URIs, which the reader downloads through the server, once per file."""
@@ -214,7 +215,7 @@ def _free_port() -> int:
 
 
 def _wait_for(uri: str, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 90
+    """Until the server answers (or ends); pytest-timeout ends a server that never does."""
     while True:
         try:
             with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
@@ -223,7 +224,6 @@ def _wait_for(uri: str, server: subprocess.Popen[bytes]) -> None:
         except OSError:
             pass
         assert server.poll() is None, "the MLflow server ended"
-        assert time.monotonic() < deadline, "the MLflow server never answered"
         time.sleep(0.5)
 
 
@@ -244,6 +244,7 @@ def _count_downloads(store: Any) -> list[str]:
     return calls
 
 
+@pytest.mark.slow
 def test_final_evaluation_of_a_job_logs_outcomes(job_env, new_output_root, tiny_job,
                                                  lenient_eval):
     root = new_output_root()

@@ -47,8 +47,8 @@ def _contexts(lm: Any) -> list[str]:
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("add_bos_token", [None, True, False])
-def test_each_context_tokenized_once_gives_lm_evals_ids_and_tensors(job_env, one_thread, model,
-                                                                     add_bos_token):
+def test_each_context_tokenized_once_gives_lm_evals_ids_and_tensors(
+        job_env: Path, one_thread: None, model: str, add_bos_token: bool | None) -> None:
     from lm_eval.models.huggingface import HFLM
 
     lm = _lm(job_env / model, add_bos_token=add_bos_token)

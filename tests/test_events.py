@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
 import pytest
 
 from hacrl.events import (
@@ -9,12 +12,20 @@ from hacrl.events import (
     Event,
     Failed,
     Finished,
+    Listener,
     Schedule,
     StepDone,
     TrainingStarts,
     run_steps,
 )
 from hacrl.loop import StepResult
+
+
+def _into(seen: list[Event]) -> Listener:
+    """A listener that appends each event to `seen`."""
+    def listen(event: Event) -> None:
+        seen.append(event)
+    return listen
 
 
 def _names(events: list[Event]) -> list[str]:
@@ -36,7 +47,7 @@ def _names(events: list[Event]) -> list[str]:
 def test_a_fresh_run_validates_first_and_everything_is_due_at_the_end() -> None:
     seen: list[Event] = []
     run_steps(lambda t: StepResult([{"t": t}]), 0, Schedule(5, validate_every=2, save_every=3),
-              [seen.append])
+              [_into(seen)])
     assert _names(seen) == ["val0", "from0", "step1", "step2", "val2", "step3", "ckpt3", "step4", "val4",
                             "step5", "val5", "ckpt5!", "end5"]
     assert [e.result.agent_metrics[0]["t"] for e in seen if isinstance(e, StepDone)] == [1, 2, 3, 4, 5]
@@ -45,7 +56,7 @@ def test_a_fresh_run_validates_first_and_everything_is_due_at_the_end() -> None:
 def test_a_resumed_run_starts_after_its_checkpoint_without_validating_first() -> None:
     seen: list[Event] = []
     run_steps(lambda t: StepResult([{}]), 3, Schedule(4, validate_every=0, save_every=10),
-              [seen.append])
+              [_into(seen)])
     assert _names(seen) == ["from3", "step4", "ckpt4!", "end4"]
 
 
@@ -58,7 +69,7 @@ def test_a_failing_step_or_listener_is_announced_then_raised() -> None:
         return StepResult([{}])
 
     with pytest.raises(RuntimeError, match="boom"):
-        run_steps(step, 0, Schedule(3, 0, 1), [seen.append])
+        run_steps(step, 0, Schedule(3, 0, 1), [_into(seen)])
     assert _names(seen) == ["from0", "step1", "ckpt1", "failed2"]
 
     def refuse_checkpoints(event: Event) -> None:
@@ -67,12 +78,13 @@ def test_a_failing_step_or_listener_is_announced_then_raised() -> None:
 
     seen.clear()
     with pytest.raises(OSError):
-        run_steps(lambda t: StepResult([{}]), 0, Schedule(2, 0, 1), [seen.append, refuse_checkpoints])
+        run_steps(lambda t: StepResult([{}]), 0, Schedule(2, 0, 1), [_into(seen), refuse_checkpoints])
     assert _names(seen) == ["from0", "step1", "ckpt1", "failed1"]
     assert isinstance(seen[-1], Failed) and isinstance(seen[-1].error, OSError)
 
 
-def test_step_metrics_are_written_in_batches_and_complete_at_every_checkpoint(tmp_path) -> None:
+def test_step_metrics_are_written_in_batches_and_complete_at_every_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fewer MLflow writes than steps, yet every step's metrics with its own time; all steps up
     to a checkpoint are in the store when the checkpoint is saved, and those before a failure
     when it is raised."""
@@ -85,7 +97,12 @@ def test_step_metrics_are_written_in_batches_and_complete_at_every_checkpoint(tm
     runs = {a: tracker.start_run(a, {}) for a in ("a", "b")}
     writes: list[str] = []
     log_steps = tracker.log_steps
-    tracker.log_steps = lambda run, steps: (writes.append(run), log_steps(run, steps))[1]
+
+    def counted(run_id: str, steps: Sequence[tuple[int, Mapping[str, float], int]]) -> None:
+        writes.append(run_id)
+        log_steps(run_id, steps)
+
+    monkeypatch.setattr(tracker, "log_steps", counted)
     client = MlflowClient(tracker.uri)
 
     def logged(agent: str) -> list[int]:

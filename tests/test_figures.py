@@ -6,6 +6,7 @@ are), the figures built from it, and their matplotlib objects checked against th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -32,7 +33,7 @@ SEEDS = (0, 1, 42)
 BENCHMARKS = ("tiny_math500", "tiny_gsm8k")
 PROBLEMS = 40
 VAL = "val/tiny_math500/acc"
-GRIDS = {
+GRIDS: dict[str, list[dict[str, Any]]] = {
     "table1": [{"pair": ["size"], "method": ["hacpo", "gspo", "gspo_x2"], "protocol": ["main"]}],
     "alpha": [{"pair": ["size"], "method": "hacpo", "algo.alpha": [0, 1],
                "protocol": ["ablation"]}],
@@ -43,7 +44,9 @@ GRIDS = {
 
 
 def _cell(cid: str, method: str, agents: tuple[str, ...] | list[str], sweep: str, seed: int = 0,
-          **params: float) -> CellRecord:
+          /, **params: float) -> CellRecord:
+    """A cell of `method`; `params` (names with dots, so passed as `**{...}`) over the default
+    alpha. The named arguments are positional-only: no key in `params` can land on them."""
     return CellRecord(cid, [], method, list(agents), seed, sweeps=[sweep],
                       protocols=["main", "ablation"], scale="tiny",
                       params={"algo.alpha": 1.0, **params})
@@ -149,7 +152,7 @@ def _band(ax: Axes) -> dict[float, tuple[float, float]]:
     """x -> (lowest, highest) y of the one band drawn on the axes."""
     (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
     out: dict[float, tuple[float, float]] = {}
-    for x, y in band.get_paths()[0].vertices:
+    for x, y in np.asarray(band.get_paths()[0].vertices):  # typed as any array-like
         lo, hi = out.get(float(x), (np.inf, -np.inf))
         out[float(x)] = (min(lo, float(y)), max(hi, float(y)))
     return out

@@ -50,7 +50,7 @@ def test_log_probs_are_the_same_in_small_row_batches(micro_zoo: Path) -> None:
     # bit-identical on some CPUs; others' BLAS rounds differently by row count (~2e-6), while
     # a padding or alignment slip would move a log-prob by far more
     for a, b in zip(whole, small, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_an_update_in_small_row_batches_equals_the_one_pass_update(micro_zoo: Path) -> None:

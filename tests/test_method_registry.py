@@ -116,7 +116,8 @@ def make_loop(spec: JobSpec, micro_batch_rows: int | None = None) -> tuple[TeamL
     return TeamLoop(agents, spec.method, settings, schedule, hash_grade), engines
 
 
-def test_per_agent_std_method_registered_at_test_time_trains_through_the_loop(job_env, registries):
+def test_per_agent_std_method_registered_at_test_time_trains_through_the_loop(
+        job_env: Path, registries: None) -> None:
     recorded: list[tuple] = []
     method = register_agent_std(recorded)
     spec = validate(compose([*SMALL, f"method.name={method.name}", "algo.sample_order=own_first"]))
@@ -187,6 +188,9 @@ def register_probe() -> MethodSpec:
     ratio (a MAX, named without `_max`) and the fraction of cross rows (a row mean)."""
     @register_borrowed("cross_probe", metrics=PROBE)
     def probe_term(s: Tensor, rows: LossBatch, cfg: LossConfig, lower: float) -> BorrowedTerm:
+        # registered through `register_borrowed`, whose decorator is typed as returning an
+        # Optional term (it also registers objectives without one)
+        assert hacpo_borrowed_term is not None
         loss, outside, _ = hacpo_borrowed_term(s, rows, cfg, lower)
         metrics = {"probe/cross_frac": float(rows.cross.float().mean())}
         if bool(rows.cross.any()):
@@ -227,7 +231,7 @@ def _rows(n: int, seed: int = 0) -> tuple[list[TokenView], LossBatch, Tensor]:
     return views, batch, logp
 
 
-def test_a_declared_metric_survives_verls_aggregation(registries):
+def test_a_declared_metric_survives_verls_aggregation(registries: None) -> None:
     pytest.importorskip("verl", reason="the verl side needs the [verl] extra")
     from verl.utils import tensordict_utils as tu
     from verl.utils.metric import Metric
@@ -272,6 +276,9 @@ def test_a_declared_metric_survives_verls_aggregation(registries):
 def test_an_undeclared_metric_is_refused_not_dropped(registries):
     @register_borrowed("cross_loud")
     def loud_term(s: Tensor, rows: LossBatch, cfg: LossConfig, lower: float) -> BorrowedTerm:
+        # registered through `register_borrowed`, whose decorator is typed as returning an
+        # Optional term (it also registers objectives without one)
+        assert hacpo_borrowed_term is not None
         loss, outside, _ = hacpo_borrowed_term(s, rows, cfg, lower)
         return BorrowedTerm(loss, outside, {"probe/undeclared": 1.0})
 

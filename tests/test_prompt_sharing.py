@@ -103,8 +103,12 @@ def test_the_engine_scores_and_updates_as_with_full_rows(
         monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     real = local_module.prompt_sharing_logprobs
-    monkeypatch.setattr(local_module, "prompt_sharing_logprobs",
-                        lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def counted(*args: Any, **kwargs: Any) -> torch.Tensor | None:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(local_module, "prompt_sharing_logprobs", counted)
     probe = _engine(micro_zoo / model_name)
     views = _views(probe.pad_id, seed=1)
     width = max(len(v.response_ids) for v in views)

@@ -157,7 +157,7 @@ def test_render_prompt_ids_uses_each_models_own_chat_template(tokenizers):
     assert view.prompt_ids == tuple(l_ids)
 
 
-def test_eos_id_accepts_lists_and_rejects_none():
+def test_eos_id_accepts_lists_and_rejects_none() -> None:
     class Tok:
         eos_token_id: object = [7, 9]
 

@@ -34,7 +34,8 @@ def _strings(node: ast.AST) -> list[str]:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return [node.value]
     if isinstance(node, ast.JoinedStr):
-        return [v.value for v in node.values if isinstance(v, ast.Constant)]
+        return [v.value for v in node.values
+                if isinstance(v, ast.Constant) and isinstance(v.value, str)]
     return []
 
 

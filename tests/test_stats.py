@@ -275,7 +275,8 @@ def test_iqm_and_probability_of_improvement() -> None:
         assert d.estimate == 0 and d.se == 0 and d.prob_improvement == 0.5
         assert d.p in (1.0, None)
     gain = st.paired_difference(a, b, n_boot=500)
-    assert gain[st.AVG].prob_improvement > 0.9 and gain[st.AVG].estimate > 0
+    prob = gain[st.AVG].prob_improvement
+    assert prob is not None and prob > 0.9 and gain[st.AVG].estimate > 0
     iqm_a = sps.trim_mean([np.mean(a[n]) for n in NAMES], 0.25)
     iqm_b = sps.trim_mean([np.mean(b[n]) for n in NAMES], 0.25)
     assert gain[st.IQM].estimate == pytest.approx(iqm_a - iqm_b) and gain[st.IQM].p is None
@@ -343,7 +344,7 @@ def test_the_papers_seeds_through_the_same_lens() -> None:
     assert diff.p == pytest.approx(ref.pvalue)
     lo, hi = ref.confidence_interval(0.95)
     assert (diff.lo, diff.hi) == (pytest.approx(lo), pytest.approx(hi))
-    se = np.std(np.subtract(a, b), ddof=1) / math.sqrt(5)
+    se = float(np.std(np.subtract(a, b), ddof=1)) / math.sqrt(5)
     assert diff.mde == pytest.approx(st.mde(se, 4))
     assert "p 0.00031" in diff.text() and "(5 seeds)" in diff.text()
     mean = ss.seed_mean(a)

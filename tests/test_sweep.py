@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from hacrl.config import CONFIG_DIR, compose
 from hacrl.errors import ConfigError
-from hacrl.sweep.grid import SWEEP_DIR, expand
+from hacrl.sweep.grid import SWEEP_DIR, Compose, expand
 from hacrl.sweep.slurm import render_sbatch
 
 
@@ -43,6 +43,7 @@ def test_table1_trains_single_agent_methods_once_per_agent() -> None:
 
 
 @pytest.mark.parametrize("cell_id", ["4355196216e7", "0e6620930112", "843811173378", "000000000123"])
+@pytest.mark.slow
 def test_a_cell_id_that_looks_like_a_number_reaches_its_job_as_written(cell_id: str) -> None:
     """Config hashes are hex: ~0.7% of them read as a float or an int unless quoted, which
     named the job's state file 4.355196216e+16.json while the sweep watched 4355196216e7.json."""
@@ -61,7 +62,12 @@ def test_expansion_composes_each_set_of_group_choices_once(tmp_path: Path) -> No
     from hacrl.sweep.grid import composing_once
 
     asked: list[list[str]] = []
-    once = composing_once(lambda o: asked.append(o) or compose(o), (SWEEP_DIR,))
+
+    def noted(overrides: list[str]) -> DictConfig:
+        asked.append(overrides)
+        return compose(overrides)
+
+    once = composing_once(noted, (SWEEP_DIR,))
     cached, each = expand("seeds", once), expand("seeds", compose)
     assert [asdict(c) for c in cached.cells] == [asdict(c) for c in each.cells]
     assert len(asked) == 3 and len(each.cells) == 25  # 5 seeds x (hacpo + 2 gspo + 2 gspo_x2)
@@ -74,6 +80,7 @@ def test_expansion_composes_each_set_of_group_choices_once(tmp_path: Path) -> No
         expand("typo", composing_once(compose, dirs), dirs=dirs)
 
 
+@pytest.mark.slow
 def test_a_key_the_command_line_sets_wins_over_the_grids(tmp_path, cli_env, hacrl_cmd,
                                                          sweep_file) -> None:
     """`hacrl sweep NAME seed=5 train.steps=7`: every cell gets the command line's values, over
@@ -93,6 +100,7 @@ def test_a_key_the_command_line_sets_wins_over_the_grids(tmp_path, cli_env, hacr
     assert {c["params"]["algo.alpha"] for c in cells} == {2}
 
 
+@pytest.mark.slow
 def test_union_trains_shared_cells_once_and_evaluates_each_protocol(tmp_path: Path) -> None:
     (tmp_path / "union.yaml").write_text(
         "hydra:\n  sweeper:\n    name: union\n    include: [table1, seeds]\n")
@@ -127,6 +135,7 @@ def test_a_grid_benchmarks_key_names_paper_benchmarks(tmp_path: Path) -> None:
                 expand("b", compose, dirs=(tmp_path, SWEEP_DIR))
 
 
+@pytest.mark.slow
 def test_a_grid_axis_can_name_a_list_of_the_config(tmp_path: Path) -> None:
     """`seed: ${scale.seeds}` is resolved at the sweep's scale: 3 seeds tiny, 1 paper."""
     paper = expand("table1", lambda o: compose(["scale=paper", *o])).cells
@@ -150,9 +159,13 @@ def test_cost_cells_are_timing_repeats_without_evaluation() -> None:
     assert sorted(compose(c.overrides).timing_repeat for c in cells[:3]) == [0, 1, 2]
 
 
+def _at_scale(scale: str) -> Compose:
+    return lambda overrides: compose([f"scale={scale}", *overrides])
+
+
 def test_figure3_trains_longer_at_every_scale() -> None:
     for scale, steps in (("tiny", 50), ("paper", 150)):
-        cell = expand("figure3", lambda o, s=scale: compose([f"scale={s}", *o])).cells[0]
+        cell = expand("figure3", _at_scale(scale)).cells[0]
         assert compose([f"scale={scale}", *cell.overrides]).train.steps == steps
 
 
@@ -173,8 +186,9 @@ def test_slurm_profile_renders_a_valid_sbatch_script(tmp_path: Path,
                           f"output_root={tmp_path}", "hydra.job.name=hacrl"])
     # the command line's launcher wins over the sweep's local default
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
-    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
-    assert isinstance(launcher, dict)
+    container = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert isinstance(container, dict)
+    launcher = {str(k): v for k, v in container.items()}
     folder = launcher["submitit_folder"]
     assert folder == f"{tmp_path}/sweeps/table1/.submitit/%j"
     script = render_sbatch(launcher, folder, array_size=26)
@@ -226,6 +240,7 @@ def _runs(root: Path, query: str) -> list:
                                    query))
 
 
+@pytest.mark.slow
 def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env, hacrl_cmd,
                                                                new_output_root, tiny_job):
     configs = tmp_path / "configs"
@@ -287,6 +302,7 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
     assert "mini: 3 done, 0 running, 0 pending, 1 failed (4 cells" in status.stdout
 
 
+@pytest.mark.slow
 def test_a_cell_evaluated_on_fewer_benchmarks_is_evaluated_again_for_a_sweep_that_reads_all(
         tmp_path, cli_env, hacrl_cmd, new_output_root, tiny_job, sweep_file):
     configs = tmp_path / "configs" / "sweep"

@@ -4,7 +4,6 @@ the tripwire. The worker pool, time bounds and adversarial batches are in test_v
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 from omegaconf import OmegaConf
@@ -75,6 +74,9 @@ def test_extract_fallbacks_read_only_the_tail() -> None:
     assert extract_answer("x" * 10_000 + "The answer is 5.") == "5"
 
 
+# A blow-up on these sizes (backtracking, a quadratic scan) runs for hours: the timeout is the
+# guard; scripts/bench_verifier.py prints how long extraction and grading take.
+@pytest.mark.timeout(120)
 def test_extraction_is_linear_on_huge_inputs() -> None:
     cases = {
         "nested": "\\boxed{" + "{" * 100_000 + "1" + "}" * 100_000 + "}",
@@ -84,9 +86,7 @@ def test_extraction_is_linear_on_huge_inputs() -> None:
         "spaces": "\\boxed" + " " * 1_000_000,
         "phrases": "The answer is " * 100_000,
     }
-    start = time.perf_counter()
     got = {name: extract_answer(text) for name, text in cases.items()}
-    assert time.perf_counter() - start < 10.0  # generous: a few hundred ms on a laptop
     assert got["nested"] == "{" * 100_000 + "1" + "}" * 100_000
     assert got["open"] is None and got["closers"] is None and got["spaces"] is None
     assert got["megabyte"] == "12"
@@ -251,9 +251,12 @@ def _close_shared_verifiers():
 
 
 def test_public_equivalent_is_bounded_like_the_pool() -> None:
-    start = time.perf_counter()
+    from hacrl.verify import default_verifier
+
     assert equivalent("2^{10^{100}}", "1", timeout_s=1.0) is False  # a runaway: cut off
-    assert time.perf_counter() - start < 1.0 + 20.0  # the deadline plus a worker's start
+    pool = default_verifier(timeout_s=1.0).pool  # the shared pool it graded in
+    [cut] = pool.last_outcomes
+    assert cut.timed_out and not cut.value  # by the deadline, not by an answer
     assert equivalent("\\frac13", "1/3") is True  # and it still grades
 
 

@@ -3,11 +3,8 @@ worker replacement and the tripwire inside workers."""
 
 from __future__ import annotations
 
-import gc
-import math
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +14,7 @@ from hacrl.verify import Grade, Verifier
 from hacrl.verify.pool import GradingPool
 
 TIMEOUT_S = 1.0  # per item in the adversarial batches
-SLACK_S = 3.0  # worker start-up and scheduling on a busy machine
+RUNAWAYS = range(5)  # the _adversarial items no machine can grade: each must be cut off
 
 
 @pytest.fixture(scope="module")
@@ -100,13 +97,15 @@ def test_adversarial_batch_is_bounded_and_harmless(tmp_path: Path,
     monkeypatch.chdir(work)  # the workers start here, so relative writes would land here
     items = _adversarial(tmp_path)
     with Verifier(timeout_s=TIMEOUT_S, workers=2) as v:
-        start = time.perf_counter()
         grades = v.grade_many([r for r, _ in items], [a for _, a in items])
-        elapsed = time.perf_counter() - start
         assert [g.score for g in grades] == [_expected_score(r, a) for r, a in items]
-        # Worst case: every item sent to math-verify runs out its time, two at a time.
-        bound = math.ceil(v.stats["math_verify"] / 2) * TIMEOUT_S + SLACK_S
-        assert elapsed < bound, (elapsed, bound, v.pool.stats)
+        # Bounded: what outlives its deadline is cut off and reported so (the runaways always),
+        # every item gets an answer, and no worker died under the batch
+        assert all(grades[i].timed_out and grades[i].error == "timeout" for i in RUNAWAYS)
+        assert all(g.error in (None, "timeout") for g in grades), [g.error for g in grades]
+        assert v.pool.stats["timeouts"] == v.stats["timeouts"] == sum(
+            o.timed_out for o in v.pool.last_outcomes) >= len(RUNAWAYS)
+        assert v.pool.stats["deaths"] == 0
         # ...and the pool still grades normally afterwards
         assert v.rewards(["\\boxed{\\frac{2}{4}}"], ["0.5"]) == [1.0]
         assert v.pool.stats["unsafe"] == 0  # the LaTeX path never even tried to evaluate them
@@ -117,47 +116,52 @@ def test_adversarial_batch_is_bounded_and_harmless(tmp_path: Path,
 
 def test_each_adversarial_item_returns_in_time(tmp_path: Path) -> None:
     with Verifier(timeout_s=TIMEOUT_S, workers=2) as v:
-        v.rewards(["\\boxed{x}"], ["y"])  # start the workers outside the timed region
+        v.rewards(["\\boxed{x}"], ["y"])  # start the workers first
         items = _adversarial(tmp_path)
         # a runaway, megabytes with and without a box, unbalanced LaTeX, unicode, a payload
-        for response, answer in [items[i] for i in (0, 7, 8, 10, 12, 17, 19)]:
-            start = time.perf_counter()
+        for i in (0, 7, 8, 10, 12, 17, 19):
+            response, answer = items[i]
             grade = v.grade_many([response], [answer])[0]
-            assert time.perf_counter() - start < TIMEOUT_S + SLACK_S, response[:40]
-            assert grade.score == _expected_score(response, answer)
+            assert grade.score == _expected_score(response, answer), response[:40]
+            # an answer or the deadline, whichever came first; the runaway never answers
+            assert grade.error in (None, "timeout") and grade.timed_out == (grade.error is not None)
+            assert grade.timed_out or i not in RUNAWAYS, response[:40]
+            assert len(v.pool._workers) == 2 and all(w.alive() for w in v.pool._workers)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_runaway_grade_is_cut_off_and_scores_zero() -> None:
     with Verifier(timeout_s=TIMEOUT_S, workers=1) as v:
-        start = time.perf_counter()
         grade = v.grade_many(["\\boxed{2^{10^{100}}}"], ["1"])[0]
-        assert time.perf_counter() - start < TIMEOUT_S + SLACK_S
         assert grade.timed_out and not grade.correct and grade.score == 0.0
-        assert v.stats["timeouts"] == 1
+        assert v.stats["timeouts"] == 1 and v.pool.stats["timeouts"] == 1
+        assert v.rewards(["\\boxed{\\frac{2}{4}}"], ["0.5"]) == [1.0]  # the pool goes on
 
 
 def test_hard_deadline_kills_and_replaces_the_worker() -> None:
-    with GradingPool(workers=1, timeout_s=0.5) as pool:
+    with GradingPool(workers=1, timeout_s=2.0) as pool:
         pool.run([("_sleep", (0,))])  # warm
-        start = time.perf_counter()
+        first = pool._workers[0].proc
         out = pool.run([("_sleep", (60,)), ("grade", ("\\frac13", "1/3"))])
-        assert time.perf_counter() - start < 0.5 + SLACK_S
-        assert out[0].timed_out and not out[0].value and out[0].latency_s >= 0.5
+        assert out[0].timed_out and not out[0].value and out[0].error == "timeout"
+        assert first.returncode == -9  # SIGKILLed (`_sleep` ignores the soft deadline)
+        assert pool._workers[0].proc is not first and pool._workers[0].alive()
         assert out[1].value and not out[1].timed_out
         assert pool.stats["restarts"] == 1 and pool.stats["timeouts"] == 1
         assert pool.run([("grade", ("2", "\\sqrt{4}"))])[0].value  # keeps working
 
 
 def test_runaways_do_not_stall_the_batch() -> None:
-    with GradingPool(workers=2, timeout_s=0.5) as pool:
+    # 2 s: the grades must finish in time even on a loaded machine
+    with GradingPool(workers=2, timeout_s=2.0) as pool:
         pool.run([("_sleep", (0,))] * 2)
-        start = time.perf_counter()
         out = pool.run([("_sleep", (60,))] * 4 + [("grade", ("x+1", "1+x"))] * 4)
-        elapsed = time.perf_counter() - start
         assert [o.timed_out for o in out] == [True] * 4 + [False] * 4
         assert all(o.value for o in out[4:])
-        assert elapsed < math.ceil(4 / 2) * 0.5 + 2 * SLACK_S
+        # each runaway was killed at its deadline and its worker replaced, rather than waited
+        # for (60 s each)
+        assert pool.stats["timeouts"] == 4 and pool.stats["restarts"] == 4
+        assert pool.stats["deaths"] == 0
 
 
 def test_worker_death_scores_zero_and_is_replaced() -> None:
@@ -210,18 +214,18 @@ def test_waiting_parent_does_not_spin(monkeypatch: pytest.MonkeyPatch) -> None:
     from hacrl.verify import pool as pool_module
 
     with GradingPool(workers=2, timeout_s=5.0) as pool:
-        pool.run([("_sleep", (0,))] * 2)
+        while not (pool._workers and all(w.ready for w in pool._workers)):
+            pool.run([("_sleep", (0.2,))] * 2)  # until both have said ready (a slow start)
         monkeypatch.setattr(pool_module, "START_TIMEOUT_S", 0.0)  # both are "old" now
-        # thread_time: the waiting thread's own CPU, not that of threads earlier tests left
-        # behind in this process (Ray, MLflow, torch pools), which made process_time flaky.
-        # and no garbage collection inside the window: late in a full test run one pass over
-        # the heap earlier tests left costs this thread ~0.3 s of CPU on a slow machine
-        gc.collect()
-        gc.disable()
-        try:
-            cpu = time.thread_time()
-            assert pool.run([("_sleep", (1.0,))])[0].value
-            spent = time.thread_time() - cpu
-        finally:
-            gc.enable()
-        assert spent < 0.3
+        pauses: list[float | None] = []  # the parent's waits, each a wake-up
+        wait = pool_module.wait
+
+        def counted(conns, timeout=None):
+            pauses.append(timeout)
+            return wait(conns, timeout)
+
+        monkeypatch.setattr(pool_module, "wait", counted)
+        assert pool.run([("_sleep", (0.5,))])[0].value
+        # it slept until the result came (a spinning parent polls with no pause, thousands of
+        # times in half a second)
+        assert 1 <= len(pauses) <= 2 and all(p is not None and p > 0 for p in pauses), pauses[:5]

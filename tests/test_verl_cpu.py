@@ -15,6 +15,7 @@ These tests need the [verl] extra (CI installs it); without it they skip, saying
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from hacrl.rollout import (
     TokenView,  # noqa: E402
 )
 
+pytestmark = pytest.mark.verl
 AGENT = "qwen3-4b-base"
 TOL = 1e-5
 
@@ -75,7 +77,9 @@ def _rows(engine: LocalEngine, seed: int = 0) -> list[TokenView]:
 def _loss_batch(views: list[TokenView], logp: list[torch.Tensor], config: LossConfig,
                 ref: list[torch.Tensor] | None, cross: bool) -> LossBatch:
     """Own rows (old log-probs a little off the current ones, so ratios leave 1 and clipping
-    has work) and, for a sharing method, every third row borrowed from a partner."""
+    has work) and, for a sharing method, every third row borrowed from a partner (one per
+    data-parallel rank of each mini-batch), omega != 1; their source log-probs are set per
+    update by `_aim_borrowed`."""
     gen = torch.Generator().manual_seed(5)
     rows = len(views)
     width = max(len(v.response_ids) for v in views)
@@ -93,9 +97,28 @@ def _loss_batch(views: list[TokenView], logp: list[torch.Tensor], config: LossCo
         response_mask=mask, old_logp=old * (~borrowed)[:, None],
         source_mean_logp=torch.where(borrowed, (old * mask).sum(1) / mask.sum(1) - 0.1,
                                      torch.zeros(rows)),
-        advantages=torch.randn(rows, generator=gen),
-        omega=torch.where(borrowed, torch.full((rows,), 1.3), torch.ones(rows)),
+        # borrowed rows: advantages well away from 0, so that their clip shows in the loss
+        advantages=torch.where(borrowed, torch.tensor([0.9, -1.1, 1.2, -0.8] * rows)[:rows],
+                               torch.randn(rows, generator=gen)),
+        omega=torch.where(borrowed, torch.tensor([1.3, 0.7] * rows)[:rows], torch.ones(rows)),
         cross=borrowed, own=~borrowed, ref_logp=ref_t if ref is not None else None)
+
+
+# the sequence ratio s of the borrowed rows of update m = 2 and m = 3 (lower bounds 0.85 and
+# 0.875 with delta 0.2, delta_step 0.025; upper 1), and whether it is inside the clip range:
+# 0.82 and 0.86 are inside only at smaller m (a lost update index shows)
+BORROWED_RATIOS = {2: ((0.95, True), (0.82, False)), 3: ((0.9, True), (0.86, False))}
+
+
+def _aim_borrowed(mini: LossBatch, logp_now: list[torch.Tensor], m: int) -> LossBatch:
+    """`mini` with its borrowed rows' source mean log-probs set so that their ratio s under
+    the current weights (`logp_now`, the same on both engines) is BORROWED_RATIOS[m]."""
+    index = torch.nonzero(mini.cross).flatten().tolist()
+    assert len(index) == len(BORROWED_RATIOS[m]), index
+    source = mini.source_mean_logp.clone()
+    for b, (s, _) in zip(index, BORROWED_RATIOS[m], strict=True):
+        source[b] = logp_now[b].mean() - torch.log(torch.tensor(s))
+    return replace(mini, source_mean_logp=source)
 
 
 def _state(path: Path) -> dict[str, torch.Tensor]:
@@ -127,21 +150,30 @@ def verl_engine(micro_zoo: Path, data_root: Path, ray_env: None,
 
 
 @pytest.mark.parametrize("method", ["gspo", "hacpo", "grpo"])
+@pytest.mark.slow
 def test_first_updates_agree_with_the_local_engine(verl_engine, micro_zoo: Path, data_root: Path,
                                                    method: str):
-    from hacrl.engines.verl.worker_loss import loss_callable
+    """Two updates (m = 2, 3: HACPO's stepwise bound is above 1 - delta) on the same rows and
+    weights: the same log-probs, loss, grad norm and parameters on both engines. HACPO's
+    borrowed rows (alpha != 1, omega != 1) lie inside the clip range or just below it: the
+    inside rows have a gradient (checked on the local engine), and the engines agree on it."""
+    from hacrl.algo import policy_loss
 
     engine, root = verl_engine
     engine.load(root / "initial")  # every method starts from the same weights and optimizer
-    cfg = _cfg(micro_zoo, data_root, root, f"method={method}", "profile=as_run")
+    # alpha != 1, so that an exponent lost on the way to the workers shows; the engine
+    # installs the loss the loop's MiniBatchLoss carries (as in a job)
+    cfg = _cfg(micro_zoo, data_root, root, f"method={method}", "profile=as_run", "algo.alpha=0.7")
     config = validate(cfg).loss
     if method == "hacpo":
-        assert config.kl_coef > 0 and config.alpha != 1.0 or config.cross_clip
-    engine.workers.set_loss_fn(loss_callable(config))
+        assert (config.kl_coef > 0 and config.alpha == 0.7 and config.stepwise
+                and config.cross_clip and config.delta == pytest.approx(0.2)
+                and config.delta_step == pytest.approx(0.025))
     local = LocalEngine(str(micro_zoo / AGENT), lr=float(cfg.train.lr),
                         betas=tuple(cfg.train.betas), weight_decay=float(cfg.train.weight_decay),
                         grad_clip=float(cfg.train.grad_clip), reference=config.kl_coef > 0)
     views = _rows(local)
+    assert len(views) == 12
     logp_local = local.log_probs(views)
     logp_verl = engine.log_probs(views)
     for a, b in zip(logp_local, logp_verl, strict=True):
@@ -152,17 +184,30 @@ def test_first_updates_agree_with_the_local_engine(verl_engine, micro_zoo: Path,
         assert all(torch.allclose(a, b, atol=TOL) for a, b in zip(ref, ref_verl, strict=True))
     batch = _loss_batch(views, logp_local, config, ref, cross=method == "hacpo")
     half = len(views) // 2
-    for m, index in enumerate((torch.arange(half), torch.arange(half, len(views)))):
+    for m, index in ((2, torch.arange(half)), (3, torch.arange(half, len(views)))):
         rows = [views[i] for i in index.tolist()]
         mini = batch.select(index)
+        if method == "hacpo":
+            mini = _aim_borrowed(mini, local.log_probs(rows), m)
+            # the borrowed rows inside the range have a gradient, those outside none
+            logp = local._response_logprobs(local.model, rows, mini.response_mask.shape[1])
+            (grad,) = torch.autograd.grad(policy_loss(logp, mini, config, m).loss, [logp])
+            for b, (_, inside) in zip(torch.nonzero(mini.cross).flatten().tolist(),
+                                      BORROWED_RATIOS[m], strict=True):
+                assert bool((grad[b] * mini.response_mask[b]).abs().sum() > 1e-4) == inside, (m, b)
         ours = local.train_minibatch(rows, mini, MiniBatchLoss(config, m))
         theirs = engine.train_minibatch(rows, mini, MiniBatchLoss(config, m))
         for key in ("loss/total", "loss/policy", "grad_norm"):
             assert abs(ours[key] - theirs[key]) <= TOL * max(1.0, abs(ours[key])), (m, key, ours, theirs)
         if config.kl_coef > 0:
             assert abs(ours["loss/kl"] - theirs["loss/kl"]) <= TOL, (ours, theirs)
+        bound = 0.8 + 0.025 * m if config.stepwise else 0.8
+        assert ours["clip/lower_bound"] == pytest.approx(bound)
+        assert theirs["clip/lower_bound"] == pytest.approx(bound)
         if method == "hacpo":
             assert ours["loss/borrowed"] != 0.0 and abs(ours["loss/borrowed"] - theirs["loss/borrowed"]) <= TOL
+            assert ours["clip/borrowed_frac"] == pytest.approx(0.5)
+            assert theirs["clip/borrowed_frac"] == pytest.approx(0.5)
     engine.save(root / f"after-{method}")
     after = _state(root / f"after-{method}" / "model")
     moved = 0.0
@@ -208,8 +253,9 @@ def _kill_tree(job) -> None:  # noqa: ANN001 (a Popen)
     psutil.wait_procs(children, timeout=30)
 
 
+@pytest.mark.slow
 def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacrl_cmd, cli_env,
-                                                  tmp_path, ray_env):
+                                                  tmp_path, ray_env, assert_varies):
     """`hacrl train engine=verl engine.device=cpu` with two tokenizers and KL: MLflow runs with
     the loop's and verl's metrics, verl checkpoints with HF copies, evaluation from the copy;
     SIGKILLed after its first checkpoint, the same command resumes and its curves equal an
@@ -221,7 +267,10 @@ def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacr
     from mlflow.tracking import MlflowClient
 
     root = new_output_root()
-    args = [*hacrl_cmd, "train", *JOB]
+    # where the micro models score (conftest's micro_zoo): curves that vary
+    val = "val/tiny_gsm8k/acc"
+    args = [*hacrl_cmd, "train", *JOB, "task.train_split=tiny_gsm8k",
+            "validation.benchmark=tiny_gsm8k"]
     env = {**cli_env(root), "RAY_AUTH_MODE": "disabled"}
     with (tmp_path / "first.log").open("w") as log:
         first = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -267,10 +316,14 @@ def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacr
     sexp = straight.get_experiment_by_name("hacrl-tiny")
     skids = {r.data.tags["model"]: r for r in straight.search_runs(
         [sexp.experiment_id], "tags.`hacrl.kind` = 'agent'")}
+    compared: dict[str, list] = {}
     for name in TEAM:
-        for key in ("reward/mean", "loss/total", "loss/kl", "grad_norm", "val/tiny_amc23/acc"):
+        for key in ("reward/mean", "loss/total", "loss/kl", "grad_norm", "capability/P", val):
             ours = sorted((m.step, m.value) for m in client.get_metric_history(kids[name].info.run_id, key))
             theirs = sorted((m.step, m.value) for m in straight.get_metric_history(skids[name].info.run_id, key))
             assert [s for s, _ in ours] == [s for s, _ in theirs] and ours, (name, key)
             for (_, a), (_, b) in zip(ours, theirs, strict=True):
                 assert abs(a - b) <= 1e-6 * max(1.0, abs(b)), (name, key, ours, theirs)
+            compared.setdefault(key, []).append(ours)
+    for key, curves in compared.items():  # ... and they vary: a wrong restored state would show
+        assert_varies(key, *curves)

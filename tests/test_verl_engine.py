@@ -31,6 +31,7 @@ from hacrl.engines.verl.worker_loss import (  # noqa: E402
 )
 from hacrl.rollout import TokenView  # noqa: E402
 
+pytestmark = pytest.mark.verl
 HACPO = LossConfig(alpha=0.7, delta=0.2, delta_step=0.025)
 
 
@@ -161,38 +162,85 @@ def test_micro_batches_and_data_parallel_ranks_add_up_to_the_mini_batch_gradient
     assert torch.allclose(whole.grad, pieces.grad, atol=1e-7)
 
 
+# borrowed rows of the agreement test: the sequence ratio s each is given, and whether its
+# gradient flows at update m = AGREE_M (lower bound 1 - 0.2 + 3 * 0.025 = 0.875, upper 1):
+# inside [0.875, 1] it does, with weight s * s^alpha; 0.85 lies inside only at m = 0 (a dropped
+# update index shows), 1.2 and 0.5 outside
+AGREE_M = 3
+AGREE_BORROWED = {0.95: True, 0.9: True, 0.99: True, 0.88: True, 0.85: False, 1.2: False,
+                  0.5: False}
+
+
+def _agreement_batch(views: list[TokenView], logp: torch.Tensor) -> LossBatch:
+    """Own rows with old log-probs a little off the current ones, then borrowed rows whose
+    source mean log-prob puts their ratio s at AGREE_BORROWED's values; omega != 1, A of both
+    signs, the KL term on own rows."""
+    gen = torch.Generator().manual_seed(11)
+    rows, width = logp.shape
+    n_own = rows - len(AGREE_BORROWED)
+    mask = torch.zeros(rows, width)
+    for b, v in enumerate(views):
+        mask[b, :len(v.response_ids)] = 1
+    cross = torch.arange(rows) >= n_own
+    mean = (logp * mask).sum(1) / mask.sum(1)
+    s = torch.ones(rows)
+    s[n_own:] = torch.tensor(list(AGREE_BORROWED))
+    advantages = torch.randn(rows, generator=gen)
+    advantages[n_own:] = torch.tensor([1.0, -0.7, 0.8, 1.3, 0.9, -1.1, 0.6])
+    return LossBatch(
+        response_mask=mask,
+        old_logp=(logp + 0.05 * torch.randn(rows, width, generator=gen)) * mask * (~cross)[:, None],
+        source_mean_logp=torch.where(cross, mean - s.log(), mean),
+        advantages=advantages,
+        omega=torch.where(cross, torch.tensor([1.3, 0.7] * (rows // 2 + 1))[:rows], torch.ones(rows)),
+        cross=cross, own=~cross,
+        ref_logp=(logp + 0.02 * torch.randn(rows, width, generator=gen)) * mask)
+
+
 def test_loss_callable_agrees_with_the_local_engine(micro_zoo: Path, one_thread: None) -> None:
     """Same model, same rows: the local engine's loss and gradients vs. the verl callable fed
-    log-probs computed the way verl's engine lays them out (no padding, and padded)."""
+    log-probs computed the way verl's engine lays them out (no padding, and padded), with
+    borrowed rows inside and outside the clip range, alpha != 1 and update index m > 0: per
+    parameter and per response token, the borrowed rows' gradients are the same on both paths,
+    and equal the paper's -(1/B) * s * s^alpha * omega * A / L inside the range, 0 outside."""
     from hacrl.engines.local import LocalEngine
 
     engine = LocalEngine(str(micro_zoo / "qwen3-4b-base"), lr=1e-3, device="cpu")
     tok = engine.tokenizer
-    prompts = [tok.encode(q) for q in ("12+7=", "3+45=", "60-8=")]
+    prompts = [tok.encode(q) for q in ("12+7=", "3+45=", "60-8=", "9*9=")]
+    answers = ("19", "48", "52", "81", "1", "42", "5", "7", "190", "4", "52", "801")
     views = [TokenView(tuple(p), tuple(tok.encode(a))) for p, a in
-             zip(prompts * 2, ("19", "48", "52", "1", "42", "5"), strict=True)]
-    batch = _loss_batch(views, seed=7, kl=True)
-    config = LossConfig(alpha=0.8, kl_coef=0.01)
+             zip(prompts * 3, answers, strict=True)]
+    config = LossConfig(alpha=0.7, delta=0.2, delta_step=0.025, kl_coef=0.01)
+    lower = 1 - 0.2 + AGREE_M * 0.025
     params = [p for p in engine.model.parameters() if p.requires_grad]
-    width = batch.response_mask.shape[1]
-
-    def gradients(loss: torch.Tensor) -> list[torch.Tensor]:
-        return [g.clone() for g in torch.autograd.grad(loss, params)]
+    width = max(len(v.response_ids) for v in views)
 
     local_logp = engine._response_logprobs(engine.model, views, width)
-    local = policy_loss(local_logp, batch, config, update_index=2)
-    local_grads = gradients(local.loss)
+    batch = _agreement_batch(views, local_logp.detach())
+    local = policy_loss(local_logp, batch, config, update_index=AGREE_M)
+    local_token_grad, *local_grads = torch.autograd.grad(local.loss, [local_logp, *params])
+    rows = len(views)
+    n_own = rows - len(AGREE_BORROWED)
+    assert local.metrics["clip/lower_bound"] == pytest.approx(lower)
+    assert local.metrics["clip/borrowed_frac"] == pytest.approx(
+        sum(not inside for inside in AGREE_BORROWED.values()) / len(AGREE_BORROWED))
 
     data = vb.to_tensordict(views, engine.pad_id, vb.loss_fields(batch, width),
-                            _meta(views, batch, 2))
+                            _meta(views, batch, AGREE_M))
     # verl without padding: each row's tokens alone -> jagged full-sequence log-probs
-    rows = []
+    full_rows = []
     for ids in data["input_ids"].unbind():
         logits = engine.model(input_ids=ids[None]).logits[0, :-1].float()
         token_logp = torch.log_softmax(logits, -1).gather(-1, ids[1:, None]).squeeze(-1)
-        rows.append(torch.cat([token_logp, torch.zeros(1)]))
-    nested = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
-    loss_nested, _ = verl_call(config, nested, data)
+        full_rows.append(torch.cat([token_logp, torch.zeros(1)]))
+    nested = torch.nested.as_nested_tensor(full_rows, layout=torch.jagged)
+    loss_nested, metrics_nested = verl_call(config, nested, data)
+    row_grads = torch.autograd.grad(loss_nested, full_rows, retain_graph=True)
+    nested_token_grad = torch.zeros(rows, width)
+    for b, (g, v) in enumerate(zip(row_grads, views, strict=True)):
+        start = len(v.prompt_ids) - 1  # position t holds the log-prob of token t + 1
+        nested_token_grad[b, :len(v.response_ids)] = g[start:start + len(v.response_ids)]
     # verl with padding: left/right padded prompt|response, response log-probs [B, R]
     padded = vb.padded_batch(views, engine.pad_id)
     logits = engine.model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"],
@@ -200,12 +248,27 @@ def test_loss_callable_agrees_with_the_local_engine(micro_zoo: Path, one_thread:
     start = padded["prompts"].shape[1]
     token_logp = torch.log_softmax(logits[:, start - 1:-1], -1).gather(
         -1, padded["responses"][..., None]).squeeze(-1)
-    loss_padded, _ = verl_call(config, token_logp, data)
+    loss_padded, metrics_padded = verl_call(config, token_logp, data)
+    (padded_token_grad,) = torch.autograd.grad(loss_padded, [token_logp], retain_graph=True)
 
-    for loss in (loss_nested, loss_padded):
+    for loss, metrics, token_grad in ((loss_nested, metrics_nested, nested_token_grad),
+                                      (loss_padded, metrics_padded, padded_token_grad)):
         assert abs(loss.item() - local.loss.item()) < 1e-6
-        for ours, theirs in zip(gradients(loss), local_grads, strict=True):
+        for key in ("loss/borrowed", "clip/borrowed_frac", "clip/lower_bound"):
+            assert abs(reported(metrics, key) - local.metrics[key]) < 1e-6, key
+        for ours, theirs in zip(torch.autograd.grad(loss, params), local_grads, strict=True):
             assert torch.allclose(ours, theirs, atol=1e-6)
+        # per row and token: the same gradient of the loss w.r.t. the response log-probs
+        assert torch.allclose(token_grad * batch.response_mask, local_token_grad, atol=1e-7)
+        for b, (s, inside) in enumerate(AGREE_BORROWED.items(), start=n_own):
+            grad, length = token_grad[b, :len(views[b].response_ids)], len(views[b].response_ids)
+            if inside:  # d/dlogp_t of -(1/B) * s * sg(s)^alpha * omega * A, ds/dlogp_t = s / L
+                expected = -s * s ** config.alpha * float(batch.omega[b] * batch.advantages[b]) / (
+                    rows * length)
+                assert float(grad.abs().min()) > 1e-4, (s, grad)
+                assert torch.allclose(grad, torch.full_like(grad, expected), rtol=1e-4), (s, grad, expected)
+            else:  # clipped: no gradient
+                assert not grad.any(), (s, grad)
 
 
 def test_batch_round_trip_and_filler_rows() -> None:
@@ -371,6 +434,7 @@ def paper_env(tmp_path: Path, micro_zoo: Path, monkeypatch: pytest.MonkeyPatch) 
     return env
 
 
+@pytest.mark.slow
 def test_dry_run_validates_each_agents_verl_config(paper_env: dict[str, str], tmp_path: Path,
                                                    hacrl_cmd: list[str]) -> None:
     out = tmp_path / "dry"

@@ -13,6 +13,7 @@ The FSDP engine and vLLM (GPU only) are replaced by what the test worker compute
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ from hacrl.engines.verl import batch as vb  # noqa: E402
 from hacrl.engines.verl.worker_loss import DENOMINATORS, UPDATE_INDEX  # noqa: E402
 from hacrl.rollout import TokenView  # noqa: E402
 
+pytestmark = pytest.mark.verl
 CONFIG = LossConfig(alpha=0.6, kl_coef=0.0)
 
 
@@ -103,7 +105,8 @@ def _rank_worker_class() -> type:
     return LossRank
 
 
-def _group(cls: type, **init) -> object:
+def _group(cls: type, **init: Any) -> Any:
+    """Two ranks of `cls` (the group's methods are added at run time: typed Any)."""
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
     pool = RayResourcePool(process_on_nodes=[2], use_gpu=False, max_colocate_count=1)
@@ -133,12 +136,14 @@ def test_two_agents_rollout_replicas_get_disjoint_ranks_and_sockets(ray_cpu: Non
     from omegaconf import OmegaConf
     from verl.single_controller.base.decorator import Dispatch, register
 
+    one_to_all = Dispatch.from_name("ONE_TO_ALL")  # registered at run time: no attribute to type
+
     from hacrl.config import compose
     from hacrl.engines.verl.translate import verl_config
     from hacrl.engines.verl.workers import worker_classes
 
     class WithRolloutStandIn(worker_classes()[1]):  # type: ignore[misc, valid-type]
-        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        @register(dispatch_mode=one_to_all)
         def attach_rollout(self, job: str) -> None:
             """What verl's vLLM ServerAdapter sets up (GPU only): rank and IPC socket."""
             from types import SimpleNamespace
@@ -147,7 +152,7 @@ def test_two_agents_rollout_replicas_get_disjoint_ranks_and_sockets(ray_cpu: Non
             self.rollout = SimpleNamespace(
                 replica_rank=rank, zmq_handle=f"ipc:///tmp/rl-colocate-zmq-{job}-replica-{rank}-rank-0.sock")
 
-        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        @register(dispatch_mode=one_to_all)
         def socket(self) -> str:
             return self.rollout.zmq_handle
 

@@ -24,14 +24,18 @@ def _sweep_args(write: Callable[..., Path], tmp_path: Path, hacrl_cmd: list[str]
             f"output_root={root}", *tiny_job, *extra]
 
 
-def _scores(root: Path) -> dict[tuple[str, str], dict[str, float]]:
+def _scores(root: Path) -> dict[tuple[str, str], dict[str, list[tuple[int, float]]]]:
+    """Every agent run's metric histories (by config hash and model), wall-clock and memory
+    ones left out."""
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     return {(r.data.tags.get("config_hash", ""), r.data.tags.get("model", "")):
-            {k: v for k, v in r.data.metrics.items() if k.startswith(("eval/", "val/", "train/"))}
+            {k: sorted((m.step, m.value) for m in client.get_metric_history(r.info.run_id, k))
+             for k in r.data.metrics if not k.startswith(("time/", "memory/"))}
             for r in runs if r.data.tags.get("hacrl.kind") == "agent"}
 
 
+@pytest.mark.slow
 def test_a_killed_warm_cell_fails_alone_and_the_next_cells_still_run(
         tmp_path, cli_env, hacrl_cmd, new_output_root, tiny_job, sweep_file):
     root = new_output_root()
@@ -88,6 +92,7 @@ def _gone(pid: int, seconds: float) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_outright_takes_its_warm_cells_with_it(tmp_path, cli_env, hacrl_cmd,
                                                              new_output_root, tiny_job,
                                                              sweep_file):
@@ -105,12 +110,15 @@ def test_a_sweep_killed_outright_takes_its_warm_cells_with_it(tmp_path, cli_env,
     assert state["status"] == "killed"  # it saw SIGTERM and said so
 
 
+@pytest.mark.slow
 def test_warm_and_cold_cells_log_the_same_scores(tmp_path, cli_env, hacrl_cmd, new_output_root,
-                                                 tiny_job, sweep_file):
+                                                 tiny_job, sweep_file, assert_varies):
     scores = {}
     for warm in ("true", "false"):
         root = new_output_root(f"out-{warm}")
+        # where the micro models score (conftest's micro_zoo): curves that vary
         args = _sweep_args(sweep_file, tmp_path, hacrl_cmd, "warmcold", "hacpo", root, tiny_job,
+                           "task.train_split=tiny_gsm8k", "validation.benchmark=tiny_gsm8k",
                            f"hydra.sweeper.warm={warm}")
         out = subprocess.run(args, env=cli_env(root), capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
@@ -119,8 +127,13 @@ def test_warm_and_cold_cells_log_the_same_scores(tmp_path, cli_env, hacrl_cmd, n
         scores[warm] = _scores(root)
     assert len(scores["true"]) == 2 and all(scores["true"].values())
     assert scores["true"] == scores["false"]
+    agents = scores["true"].values()
+    for key in ("reward/mean", "loss/total", "grad_norm", "capability/P", "val/tiny_gsm8k/acc",
+                "eval/main/tiny_gsm8k/acc"):
+        assert_varies(key, *(curves[key] for curves in agents))
 
 
+@pytest.mark.slow
 def test_timing_cells_run_warm_alone_after_the_others(tmp_path, cli_env, hacrl_cmd,
                                                       new_output_root, tiny_job, sweep_file):
     root = new_output_root()

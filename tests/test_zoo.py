@@ -176,6 +176,9 @@ def test_micro_model_loads_and_generates(micro: dict[str, Path], family: str,
     assert model.config.tie_word_embeddings
     assert model.config.max_position_embeddings == 256
     assert model.config.vocab_size == len(tok)
+    # the default micro model: 2 query / 1 key-value heads, no probe (`solve` not given)
+    assert (model.config.num_attention_heads, model.config.num_key_value_heads) == (2, 1)
+    assert "probe_accuracy" not in json.loads((path / "zoo_card.json").read_text())
     assert tok.decode(tok.encode(QUESTION, add_special_tokens=False)) == QUESTION
     out = greedy_generate(model, tok, [QUESTION, "What is 1+2?"], max_new_tokens=8)
     assert len(out) == 2 and all(isinstance(o, str) for o in out)
@@ -187,6 +190,26 @@ def test_micro_model_loads_and_generates(micro: dict[str, Path], family: str,
     lean = greedy_generate(model, tok, questions, max_new_tokens=12, batch_size=10)
     monkeypatch.setattr(sft_mod, "lean_decoder", lambda model: None)
     assert greedy_generate(model, tok, questions, max_new_tokens=12, batch_size=10) == lean
+
+
+def test_the_micro_zoo_solves_some_sums_each_model_to_its_own_degree(micro_zoo: Path) -> None:
+    """conftest's micro zoo (`build_micro_model(solve=...)`) scores under the real verifier, so
+    jobs on it have rewards, advantages and accuracies that vary, and omega != 1 between its
+    models; its bare `\\boxed{N}` answers fit a tiny job's 12-16 new tokens."""
+    from hacrl.verify import default_verifier
+
+    problems = load_split("tiny_gsm8k")[:40]  # held-out sums: 60 % level 1, 40 % level 2
+    accuracy = {}
+    for name in ("qwen3-1.7b-base", "qwen3-4b-base", "llama3.2-1b-instruct"):
+        card = load_card(name, micro_zoo)
+        assert card["reached_target"] and card["probe_accuracy"] >= card["spec"]["target_accuracy"]
+        model = AutoModelForCausalLM.from_pretrained(micro_zoo / name)
+        tok = AutoTokenizer.from_pretrained(micro_zoo / name)
+        out = greedy_generate(model, tok, [p.question for p in problems], max_new_tokens=12)
+        rewards = default_verifier().rewards(out, [p.answer for p in problems])
+        accuracy[name] = sum(rewards) / len(rewards)
+    assert all(0.1 <= a <= 0.9 for a in accuracy.values()), accuracy
+    assert len(set(accuracy.values())) == 3, accuracy
 
 
 def test_sft_deterministic(toks: dict[str, PreTrainedTokenizerBase]) -> None:
@@ -270,18 +293,19 @@ def test_build_atomic_card_last_and_skip(
     fast_zoo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real_install = build_mod._install
-    seen: dict[str, object] = {}
+    files: list[str] = []
+    final_existed: list[bool] = []
 
     def spy(tmp: Path, final: Path) -> None:
         # the card is in place before the directory becomes visible under its final name
-        seen["files"] = sorted(p.name for p in tmp.iterdir())
-        seen["final_existed"] = final.exists()
+        files.extend(sorted(p.name for p in tmp.iterdir()))
+        final_existed.append(final.exists())
         real_install(tmp, final)
 
     monkeypatch.setattr(build_mod, "_install", spy)
     cards = build_zoo(root=tmp_path, names=[fast_zoo], workers=1)
-    assert "zoo_card.json" in seen["files"] and "model.safetensors" in seen["files"]
-    assert seen["final_existed"] is False
+    assert "zoo_card.json" in files and "model.safetensors" in files
+    assert final_existed == [False]
     assert is_built(fast_zoo, tmp_path)
     card = load_card(fast_zoo, tmp_path)
     assert cards[fast_zoo] == card

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from hacrl.arith import load_split
 from hacrl.zoo import ZOO, SFTConfig, ZooSpec, build_model, build_tokenizer, build_zoo, make_config
@@ -35,13 +36,13 @@ def test_stages_stop_where_separate_runs_stop(monkeypatch: pytest.MonkeyPatch) -
     probes = []
     real_probe = sft_mod.probe_accuracy
 
-    def counting_probe(*args: object, **kwargs: object) -> float:
+    def counting_probe(*args: Any, **kwargs: Any) -> float:
         probes.append(1)
-        return real_probe(*args, **kwargs)  # type: ignore[arg-type]
+        return real_probe(*args, **kwargs)
 
     monkeypatch.setattr(sft_mod, "probe_accuracy", counting_probe)
 
-    def fresh() -> torch.nn.Module:
+    def fresh() -> PreTrainedModel:
         torch.manual_seed(0)
         return AutoModelForCausalLM.from_config(make_config(spec, tok))
 
