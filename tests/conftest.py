@@ -241,8 +241,9 @@ def cli_env(micro_zoo: Path, data_root: Path) -> Callable[..., dict[str, str]]:
 
 
 def lenient_grade(responses: list[str], answers: list[str]) -> list[float]:
-    """A deterministic stand-in verifier that micro models pass sometimes: reward 1 when the
-    answer's last digit occurs in the response (the real verifier almost always says 0)."""
+    """A deterministic stand-in verifier for the loop's tests on made-up prompts (the micro
+    models are trained only on tiny_gsm8k, where the real verifier scores them): reward 1 when
+    the answer's last digit occurs in the response, so groups mix 0s and 1s."""
     return [float(a[-1] in r) for r, a in zip(responses, answers, strict=True)]
 
 

@@ -341,7 +341,7 @@ def test_outcomes_check_is_exact_for_three_samples_and_refuses_a_wrong_grade(job
 def test_runs_align_problem_by_problem_or_not_at_all():
     def rows(run_id: str, correct: dict[str, int]) -> pd.DataFrame:
         return pd.DataFrame({"run_id": run_id, "benchmark": "tiny_math", "problem": list(correct),
-                             "sample": 0, "answer": "", "correct": np.int8(list(correct.values()))})
+                             "sample": 0, "answer": "", "correct": np.array(list(correct.values()), dtype=np.int8)})
 
     table = pd.concat([rows("a", {"p2": 0, "p1": 1, "p3": 1}),
                        rows("b", {"p3": 1, "p1": 0, "p2": 1}),

@@ -34,12 +34,14 @@ def _client(root: Path) -> MlflowClient:
 
 def _job_runs(client: MlflowClient) -> list:
     exp = client.get_experiment_by_name("hacrl-tiny")  # an experiment per scale
+    assert exp is not None
     runs = client.search_runs([exp.experiment_id], "tags.`hacrl.kind` = 'job'")
     return sorted(runs, key=lambda r: r.info.start_time)
 
 
 def _children(client: MlflowClient, run_id: str) -> dict[str, object]:
     exp = client.get_experiment_by_name("hacrl-tiny")
+    assert exp is not None
     runs = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{run_id}'")
     return {r.data.tags["model"]: r for r in runs}
 
@@ -264,10 +266,9 @@ def test_sigkill_then_resume(job_env, new_output_root, tiny_job, hacrl_cmd, cli_
     with (tmp_path / "first.log").open("w") as log:
         first = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
         try:
-            deadline = time.monotonic() + 120
+            # no clock limit of its own: pytest-timeout ends a run that never checkpoints
             while not list(root.glob("runs/*/team-0/ckpt/step_*/COMPLETE")):
                 assert first.poll() is None, (tmp_path / "first.log").read_text()
-                assert time.monotonic() < deadline, "no checkpoint within 120 s"
                 time.sleep(0.01)
             os.kill(first.pid, signal.SIGKILL)
         finally:

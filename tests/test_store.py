@@ -112,6 +112,7 @@ def test_eight_writers_on_a_brand_new_store_lose_nothing(tmp_path: Path) -> None
     assert [r for r in reports if "error" in r] == []
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name(stress.EXPERIMENT)
+    assert experiment is not None
     runs = client.search_runs([experiment.experiment_id], max_results=100)
     assert sorted(int(r.data.tags["stress.writer"]) for r in runs) == list(range(writers))
     for run in runs:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -142,8 +143,8 @@ def verl_engine(micro_zoo: Path, data_root: Path, ray_env: None,
     context = EngineContext(cfg=cfg, agent_name=AGENT, agent_index=0, n_agents=1, loss=spec.loss,
                             group_size=3, minibatch_prompts=2, run_dir=root / "run",
                             updates_per_step=2)
-    engine = make_engine("verl", model_path=str(micro_zoo / AGENT), context=context)
-    assert engine.world_size == 2
+    engine: Any = make_engine("verl", model_path=str(micro_zoo / AGENT), context=context)
+    assert engine.world_size == 2  # verl's adapter only: not on the Engine protocol
     engine.save(root / "initial")
     yield engine, root
     engine.close()
@@ -254,6 +255,7 @@ def _kill_tree(job) -> None:  # noqa: ANN001 (a Popen)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # two verl jobs on CPU, the second up to 600 s
 def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacrl_cmd, cli_env,
                                                   tmp_path, ray_env, assert_varies):
     """`hacrl train engine=verl engine.device=cpu` with two tokenizers and KL: MLflow runs with
@@ -276,10 +278,9 @@ def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacr
         first = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
                                  cwd=tmp_path, start_new_session=True)
         try:
-            deadline = time.monotonic() + 400
+            # no clock limit of its own: pytest-timeout ends a run that never checkpoints
             while not list(root.glob("runs/*/team-0/ckpt/step_*/COMPLETE")):
                 assert first.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
-                assert time.monotonic() < deadline, "no checkpoint within 400 s"
                 time.sleep(0.05)
         finally:
             _kill_tree(first)

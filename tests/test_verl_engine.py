@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -377,7 +378,7 @@ def test_every_paper_pair_builds_a_verl_config_verl_accepts(pair: str) -> None:
 def test_verl_config_errors_name_the_key() -> None:
     from hacrl.engines.verl.translate import validate_verl_config, verl_config
 
-    def build(*overrides: str) -> object:
+    def build(*overrides: str) -> Any:
         cfg = compose(["scale=paper", "engine=verl", *overrides])
         return verl_config(cfg, model_path="m", loss=HACPO, group_size=8,
                            minibatch_prompts=64, n_agents=2)
@@ -489,7 +490,7 @@ def test_parquet_in_verls_schema_loads_in_verls_dataset(paper_env: dict[str, str
     first = frame.iloc[0]
     assert first.prompt[0]["role"] == "user" and "\\boxed{}" in first.prompt[0]["content"]
     assert first.reward_model["ground_truth"] == "2" and first.extra_info["index"] == 0
-    tokenizer = AutoTokenizer.from_pretrained(micro_zoo / "qwen3-4b-base")
+    tokenizer: Any = AutoTokenizer.from_pretrained(micro_zoo / "qwen3-4b-base")
     dataset = RLHFDataset(data_files=[str(path)], tokenizer=tokenizer, config=OmegaConf.create(
         {"max_prompt_length": 256, "filter_overlong_prompts": False, "return_raw_chat": True}))
     assert len(dataset) == 2
@@ -509,7 +510,7 @@ def test_generations_end_at_any_stop_token_vllm_uses(micro_zoo: Path, tmp_path: 
 
     model = tmp_path / "m"
     shutil.copytree(micro_zoo / "qwen3-4b-base", model)
-    tok = AutoTokenizer.from_pretrained(model)
+    tok: Any = AutoTokenizer.from_pretrained(model)
     eos = eos_id(tok)
     GenerationConfig(eos_token_id=[eos, 3]).save_pretrained(model)
     stops = stop_token_ids(str(model), tok)
@@ -550,7 +551,7 @@ def test_training_worker_refuses_a_call_verl_would_split() -> None:
 
     from hacrl.engines.verl.workers import worker_classes
 
-    worker = object.__new__(worker_classes()[0])  # its FSDP engine needs a GPU: only the check
+    worker: Any = object.__new__(worker_classes()[0])  # its FSDP engine needs a GPU: only the check
     worker.engine = SimpleNamespace(get_data_parallel_size=lambda: 2)
     data = vb.to_tensordict(_views(4), 0)
     tu.assign_non_tensor(data, mini_batch_size=4)  # 4 rows here x 2 ranks = 8 rows per update

@@ -349,7 +349,7 @@ def test_two_node_verl_job_asks_slurm_for_two_whole_nodes(tmp_path: Path,
                         return_hydra_config=True)
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     assert isinstance(launcher, dict)
-    lines = set(render_sbatch(launcher, tmp_path / ".submitit" / "%j").splitlines())
+    lines = set(render_sbatch({str(k): v for k, v in launcher.items()}, tmp_path / ".submitit" / "%j").splitlines())
     for flag in ("--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=8", "--cpus-per-task=64"):
         assert f"#SBATCH {flag}" in lines, flag
     assert "source /opt/hacrl/.venv/bin/activate" in lines

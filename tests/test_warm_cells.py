@@ -45,8 +45,7 @@ def test_a_killed_warm_cell_fails_alone_and_the_next_cells_still_run(
                              stderr=subprocess.PIPE, text=True)
     cells = root / "sweeps" / "warmkill" / "cells"
     victim = None
-    deadline = time.monotonic() + 300
-    while victim is None and time.monotonic() < deadline and sweep.poll() is None:
+    while victim is None and sweep.poll() is None:  # pytest-timeout bounds a sweep that hangs
         for path in sorted(cells.glob("*.json")) if cells.is_dir() else []:
             state = json.loads(path.read_text() or "{}")
             if state.get("status") == "running":
@@ -70,15 +69,14 @@ def test_a_killed_warm_cell_fails_alone_and_the_next_cells_still_run(
         assert Path(row["log"]).is_file()
 
 
-def _first_running(cells: Path, sweep: subprocess.Popen, seconds: float = 300) -> dict:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and sweep.poll() is None:
+def _first_running(cells: Path, sweep: subprocess.Popen) -> dict:
+    while sweep.poll() is None:  # pytest-timeout bounds a sweep that hangs
         for path in sorted(cells.glob("*.json")) if cells.is_dir() else []:
             state = json.loads(path.read_text() or "{}")
             if state.get("status") == "running":
                 return state
         time.sleep(0.2)
-    raise AssertionError("no cell started")
+    raise AssertionError("the sweep ended before any cell started")
 
 
 def _gone(pid: int, seconds: float) -> bool:
