@@ -299,6 +299,7 @@ def test_micro_batch_shares_add_up_to_the_mini_batch_loss_and_gradient():
     """Gradient accumulation: with the mini-batch's denominators, micro-batch losses (and their
     gradients) sum exactly to the full mini-batch's, for both aggregations and the KL term."""
     from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss
+    from hacrl.algo.metrics import add_micro_batch
 
     gen = torch.Generator().manual_seed(7)
     rows, width = 6, 5
@@ -317,15 +318,24 @@ def test_micro_batch_shares_add_up_to_the_mini_batch_loss_and_gradient():
         cfg = LossConfig(ratio=ratio, loss_agg=agg, clip_low=0.2, clip_high=0.28, kl_coef=0.5,
                          delta=0.5)
         full_logp = base.clone().requires_grad_(True)
-        full = policy_loss(full_logp, batch, cfg, update_index=0).loss
+        full_out = policy_loss(full_logp, batch, cfg, update_index=0)
+        full = full_out.loss
         full.backward()
         micro_logp = base.clone().requires_grad_(True)
         shares = Denominators.of(batch)
         total = torch.zeros(())
+        metrics: dict[str, float] = {}
+        # uneven: the first micro-batch holds own rows only, the last a borrowed row only
         for index in (torch.tensor([0, 1]), torch.tensor([2, 3, 4]), torch.tensor([5])):
-            part = policy_loss(micro_logp[index], batch.select(index), cfg, update_index=0,
-                               denominators=shares).loss
-            part.backward()
-            total = total + part.detach()
+            out = policy_loss(micro_logp[index], batch.select(index), cfg, update_index=0,
+                              denominators=shares)
+            out.loss.backward()
+            total = total + out.loss.detach()
+            add_micro_batch(metrics, out.metrics, out.kinds, len(index), rows)
         torch.testing.assert_close(total, full.detach())
         torch.testing.assert_close(micro_logp.grad, full_logp.grad)
+        # every metric, means over own or borrowed rows included, is the mini-batch's
+        assert metrics.keys() == full_out.metrics.keys()
+        for key, value in full_out.metrics.items():
+            assert metrics[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+        assert full_out.metrics["loss/borrowed"] != 0 and full_out.metrics["loss/own"] != 0

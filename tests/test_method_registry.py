@@ -5,6 +5,7 @@ borrowed objective survives the local engine's and verl's aggregation by its dec
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Iterator
@@ -254,7 +255,7 @@ def test_a_declared_metric_survives_verls_aggregation(registries: None) -> None:
     fields = vb.loss_fields(batch, batch.response_mask.shape[1])
     fields["row"] = torch.arange(len(views))
     data = vb.to_tensordict(views, 0, fields, {UPDATE_INDEX: 1, "dp_size": 2,
-                                               DENOMINATORS: (d.rows, d.tokens, d.own_tokens)})
+                                               DENOMINATORS: dataclasses.astuple(d)})
     ranks = []
     for rank in tu.chunk_tensordict(data, 2):  # verl: micro-batches on each data-parallel rank
         merged: dict[str, Metric] = {}

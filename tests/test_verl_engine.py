@@ -7,6 +7,7 @@ What needs GPUs (FSDP workers, vLLM replicas) is exercised by scripts/verl_gpu_s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def _loss_batch(views: list[TokenView], seed: int = 1, kl: bool = False) -> Loss
 
 def _meta(views: list[TokenView], batch: LossBatch, m: int, dp_size: int = 1) -> dict:
     d = Denominators.of(batch)
-    return {UPDATE_INDEX: m, DENOMINATORS: (d.rows, d.tokens, d.own_tokens), "dp_size": dp_size}
+    return {UPDATE_INDEX: m, DENOMINATORS: dataclasses.astuple(d), "dp_size": dp_size}
 
 
 def verl_call(config: LossConfig, model_logp: torch.Tensor, data: object) -> tuple:
@@ -303,7 +304,7 @@ def test_batch_round_trip_and_filler_rows() -> None:
     # through the loss callable, filler rows change neither the loss nor the metrics
     logp = torch.randn(len(rows), width) * 0.1 - 1
     d = Denominators.of(batch)
-    meta = {UPDATE_INDEX: 1, DENOMINATORS: (d.rows, d.tokens, d.own_tokens), "dp_size": 1}
+    meta = {UPDATE_INDEX: 1, DENOMINATORS: dataclasses.astuple(d), "dp_size": 1}
     loss, metrics = verl_call(HACPO, logp, vb.to_tensordict(rows, 0, fields, meta))
     alone = policy_loss(logp[:5] * batch.response_mask, batch, HACPO, 1)
     assert abs(float(loss) - float(alone.loss)) < 1e-6
@@ -328,7 +329,7 @@ def test_batch_without_loss_fields_is_refused() -> None:
 def test_actor_metrics_keep_our_names_and_prefix_verls() -> None:
     from hacrl.engines.verl.update_metrics import actor_metrics
 
-    out = actor_metrics({"loss/policy": [0.5], "loss/own": [3.0], ROWS: [5.0], "grad_norm": [2.0],
+    out = actor_metrics({"loss/policy": [0.5], "clip/lower_bound": [3.0], ROWS: [5.0], "grad_norm": [2.0],
                          "lr": [1e-6],
                          "ratio/s_hete_sum": [3.0, 1.0], "ratio/s_hete_count": [4.0, 2.0],
                          "ratio/s_hete_min": [0.9], "ratio/s_hete_max": [1.2],
@@ -336,7 +337,7 @@ def test_actor_metrics_keep_our_names_and_prefix_verls() -> None:
                          "ratio/s_homo_min": [float("inf")], "ratio/s_homo_max": [-float("inf")],
                          "perf/max_memory_allocated_gb": [10.0]})
     # shares are the mini-batch's value; row means are divided by the rows
-    assert out["loss/policy"] == 0.5 and out["loss/own"] == pytest.approx(0.6)
+    assert out["loss/policy"] == 0.5 and out["clip/lower_bound"] == pytest.approx(0.6)
     assert out["grad_norm"] == 2.0
     # ratio statistics stay sums / counts / extremes for the loop to combine over updates
     assert out["ratio/s_hete_sum"] == 2.0 and out["ratio/s_hete_count"] == 3.0

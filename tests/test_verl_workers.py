@@ -12,6 +12,7 @@ The FSDP engine and vLLM (GPU only) are replaced by what the test worker compute
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,7 @@ def test_update_index_and_rows_reach_every_rank(ray_cpu: None) -> None:
     logp = (batch.old_logp - 0.2) * batch.response_mask
     d = Denominators.of(batch)
     fields = {**vb.loss_fields(batch, width), "test_logp": logp}
-    meta = {UPDATE_INDEX: 5, DENOMINATORS: (d.rows, d.tokens, d.own_tokens), "dp_size": 2}
+    meta = {UPDATE_INDEX: 5, DENOMINATORS: dataclasses.astuple(d), "dp_size": 2}
     group = _group(_rank_worker_class())
     # one mini-batch per call (what the engine sends): m arrives, ranks add up to the whole
     out = group.update_actor(vb.to_tensordict(views, 0, fields, {**meta, "mini_batch_size": 8}))

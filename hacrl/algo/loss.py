@@ -26,13 +26,14 @@ from hacrl.algo.registry import BorrowedTerm, get_borrowed
 LOG_RATIO_BOUND = 20.0  # exp() stays finite even for wildly off-policy borrowed rows
 
 
-# The metrics `policy_loss` reports and their kinds (`hacrl.algo.metrics`): the loss values are
-# shares of the mini-batch value when computed with `denominators` (they add up over
-# micro-batches), the others row means. A borrowed objective declares its own extra metrics.
+# The metrics `policy_loss` reports and their kinds (`hacrl.algo.metrics`). With `denominators`
+# the loss values and the means over own or borrowed rows are shares of the mini-batch's value
+# (they add up over micro-batches and ranks exactly, however unevenly own and borrowed rows are
+# spread); the lower bound is the same on every row. A borrowed objective declares its own.
 LOSS_METRICS: dict[str, str] = {
     "loss/total": SHARE, "loss/policy": SHARE, "loss/kl": SHARE,
-    "loss/own": ROW_MEAN, "loss/borrowed": ROW_MEAN, "clip/own_frac": ROW_MEAN,
-    "clip/borrowed_frac": ROW_MEAN, "clip/lower_bound": ROW_MEAN,
+    "loss/own": SHARE, "loss/borrowed": SHARE, "clip/own_frac": SHARE,
+    "clip/borrowed_frac": SHARE, "clip/lower_bound": ROW_MEAN,
 }
 SHARES = tuple(k for k, kind in LOSS_METRICS.items() if kind == SHARE)
 
@@ -56,18 +57,21 @@ class LossOutput:
 class Denominators:
     """Sizes of a whole mini-batch, so that its micro-batches' losses add up to its loss.
 
-    rows: B; tokens: response tokens of all rows; own_tokens: those of own rows (the KL term).
+    rows: B; tokens: response tokens of all rows; own_tokens: those of own rows (the KL term);
+    cross_rows: rows flagged cross (the borrowed term's metrics; the others are "own-like").
     """
 
     rows: float
     tokens: float
     own_tokens: float
+    cross_rows: float
 
     @staticmethod
     def of(batch: LossBatch) -> Denominators:
         mask = batch.response_mask
         return Denominators(rows=float(mask.shape[0]), tokens=float(mask.sum()),
-                            own_tokens=float((mask * batch.own[:, None].to(mask.dtype)).sum()))
+                            own_tokens=float((mask * batch.own[:, None].to(mask.dtype)).sum()),
+                            cross_rows=float(batch.cross.sum()))
 
 
 def aggregate(token_loss: Tensor, mask: Tensor, mode: str, denominator: float | None = None) -> Tensor:
@@ -113,7 +117,8 @@ def policy_loss(logp: Tensor, batch: LossBatch, cfg: LossConfig, update_index: i
 
     with torch.no_grad():
         kl_value = torch.zeros((), dtype=logp.dtype) if kl is None else kl
-        metrics = _metric_values(pg_loss, kl_value, mask, batch.cross, own, borrowed, cfg, lower)
+        metrics = _metric_values(pg_loss, kl_value, mask, batch.cross, own, borrowed, cfg, lower,
+                                 denominators)
         s_own, s_cross = s[batch.own].detach(), s[batch.cross].detach()
     return _declared(LossOutput(loss=loss, metrics=metrics, s_homo=s_own, s_hete=s_cross), cfg)
 
@@ -172,25 +177,34 @@ def _kl_term(logp: Tensor, mask: Tensor, batch: LossBatch, cfg: LossConfig,
                      None if denominators is None else denominators.own_tokens)
 
 
+def _subset_mean(values: Tensor, rows: Tensor, total: float | None) -> float:
+    """Mean of `values` [B] over `rows` [B] bool; with `total` (the mini-batch's count of such
+    rows) this micro-batch's share of the mini-batch's mean. 0 when there are no such rows."""
+    count = float(rows.sum()) if total is None else total
+    return float(values[rows].sum()) / count if count > 0 else 0.0
+
+
 def _metric_values(pg_loss: Tensor, kl_value: Tensor, mask: Tensor, cross: Tensor,
                    own: OwnSampleTerm, borrowed: BorrowedTerm, cfg: LossConfig,
-                   lower: float) -> dict[str, float]:
+                   lower: float, denominators: Denominators | None) -> dict[str, float]:
     """The metrics of `LOSS_METRICS` and the borrowed objective's own (call without grad).
 
-    With `denominators` the loss metrics (SHARES) are this micro-batch's share of the
-    mini-batch's values, like the loss itself: engines add them up over micro-batches and
-    ranks, exactly (a mean of micro-batch token-means would not be the mini-batch's).
+    With `denominators` the SHARE metrics are this micro-batch's share of the mini-batch's
+    values, like the loss itself: engines add them up over micro-batches and ranks, exactly (a
+    mean of micro-batch means would not be the mini-batch's, nor would a row-weighted one of
+    means over own or borrowed rows when a micro-batch holds few of them).
     """
     own_like = ~cross
+    n_cross = None if denominators is None else denominators.cross_rows
+    n_own = None if denominators is None else denominators.rows - denominators.cross_rows
     return {
         "loss/total": float(pg_loss + cfg.kl_coef * kl_value),
         "loss/policy": float(pg_loss),
         "loss/kl": float(kl_value),
-        "loss/own": float(masked_mean(own.token_loss[own_like], mask[own_like], -1).mean())
-        if bool(own_like.any()) else 0.0,
-        "loss/borrowed": float(borrowed.loss[cross].mean()) if bool(cross.any()) else 0.0,
-        "clip/own_frac": float(own.clip_frac[own_like].mean()) if bool(own_like.any()) else 0.0,
-        "clip/borrowed_frac": float(borrowed.outside[cross].float().mean()) if bool(cross.any()) else 0.0,
+        "loss/own": _subset_mean(masked_mean(own.token_loss, mask, -1), own_like, n_own),
+        "loss/borrowed": _subset_mean(borrowed.loss, cross, n_cross),
+        "clip/own_frac": _subset_mean(own.clip_frac, own_like, n_own),
+        "clip/borrowed_frac": _subset_mean(borrowed.outside.float(), cross, n_cross),
         "clip/lower_bound": lower,
         **borrowed.metrics,
     }

@@ -198,7 +198,7 @@ class VerlEngine(Engine):
         sizes = Denominators.of(batch)
         rows, fields = vb.pad_rows(list(views), vb.loss_fields(batch, width), self.row_multiple)
         meta = {UPDATE_INDEX: loss_fn.update_index,
-                DENOMINATORS: (sizes.rows, sizes.tokens, sizes.own_tokens),
+                DENOMINATORS: dataclasses.astuple(sizes),
                 "global_batch_size": len(rows), "mini_batch_size": len(rows), "epochs": 1,
                 "seed": int(self.context.cfg.seed), "dataloader_kwargs": {"shuffle": False},
                 "compute_loss": True, "calculate_entropy": False,
