@@ -77,6 +77,12 @@ GROUPS: dict[str, Group] = {
                   ("tests/test_verl_engine.py",)),
 }
 
+def _mutmut() -> str | None:
+    """The mutmut next to this Python (a venv not activated), else the one on PATH."""
+    beside = Path(sys.executable).parent / "mutmut"
+    return str(beside) if beside.is_file() else shutil.which("mutmut")
+
+
 KILLED = {1, 3}  # a test failed (3: pytest's internal error, also a failure)
 TIMEOUT = {36, -24, 24, 152, 255}  # the tests did not end in time: the mutant is detected
 NO_TESTS = {5, 33}  # no selected test reaches the mutated function
@@ -131,10 +137,11 @@ def run_group(name: str, group: Group, jobs: int, names: list[str]) -> int:
     env = dict(os.environ, PYTHONPATH=f"{work / 'mutants'}" + (
         f":{os.environ['PYTHONPATH']}" if os.environ.get("PYTHONPATH") else ""),
         OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MLFLOW_DISABLE_TELEMETRY="true",
-        HF_HUB_OFFLINE="1")
-    # PYTHONPATH: processes the tests start import the mutated copy too (an editable install's
+        HF_HUB_OFFLINE="1", HACRL_TEST_MICRO_ZOO_CACHE=str(WORK / "micro_zoo"))
+    # HACRL_TEST_MICRO_ZOO_CACHE: the micro zoo is built once for all mutants (tests/conftest.py),
+    # not once per mutant (~6 s each). PYTHONPATH: processes the tests start import the mutated copy too (an editable install's
     # finder comes after sys.path)
-    cmd = ["mutmut", "run", "--max-children", str(jobs), *names]
+    cmd = [_mutmut() or "mutmut", "run", "--max-children", str(jobs), *names]
     print(f"[mutation] {name}: {' '.join(group.modules)}", flush=True)
     proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -315,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown group {', '.join(unknown)}; the groups: {', '.join(GROUPS)}")
     groups = args.groups or list(GROUPS)
     if not args.report:
-        if shutil.which("mutmut") is None:
+        if _mutmut() is None:
             print("mutation: mutmut is not installed: pip install -e '.[mutation]'",
                   file=sys.stderr)
             return 2

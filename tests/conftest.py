@@ -28,6 +28,8 @@ FOREIGN = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "MLFLOW_EXPERIMENT_NAME
            "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID", "RAY_ADDRESS", "HF_HUB_CACHE",
            "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE", "HF_ASSETS_CACHE", "HF_MODULES_CACHE",
            "HF_TOKEN_PATH", "TRANSFORMERS_CACHE")
+# a folder that keeps the micro zoo between pytest processes (scripts/mutation.py sets it)
+MICRO_ZOO_CACHE = "HACRL_TEST_MICRO_ZOO_CACHE"
 _saved_env: dict[str, str] = {}
 _session_home: list[Path] = []
 
@@ -42,7 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
         (base / sub).mkdir(parents=True, exist_ok=True)
         os.environ[name] = str(base / sub)
     for name in [*FOREIGN, *(n for n in os.environ if n.startswith("HACRL_"))]:
-        os.environ.pop(name, None)
+        if name != MICRO_ZOO_CACHE:
+            os.environ.pop(name, None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -120,12 +123,39 @@ def micro_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     A job that trains and validates on tiny_gsm8k (levels 1-2: `task.train_split=tiny_gsm8k
     validation.benchmark=tiny_gsm8k`) sees rewards, capabilities, omegas, advantages, losses and
     accuracies that vary, under the real verifier."""
+    solve = {"qwen3-1.7b-base": 0.3, "qwen3-4b-base": 0.7, "llama3.2-1b-instruct": 0.5}
+    cache = os.environ.get(MICRO_ZOO_CACHE)
+    if not cache:
+        root = tmp_path_factory.mktemp("zoo")
+        _build_micro_zoo(root, solve)
+        return root
+    # opt-in (scripts/mutation.py): one build reused by every pytest process, keyed by what
+    # decides the models, made under a temporary name and renamed so a reader never sees half
+    import hashlib
+    import json
+
+    from hacrl.zoo import build as zoo_build
+
+    key = hashlib.sha256(json.dumps([MICRO_ZOO, solve]).encode()
+                         + Path(zoo_build.__file__).read_bytes()).hexdigest()[:16]
+    root = Path(cache) / key
+    if not root.is_dir():
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache))
+        _build_micro_zoo(partial, solve)
+        try:
+            partial.rename(root)
+        except OSError:  # another process finished first: use its build
+            shutil.rmtree(partial, ignore_errors=True)
+    return root
+
+
+
+def _build_micro_zoo(root: Path, solve: dict[str, float]) -> None:
     import torch
 
     from hacrl.zoo import build_micro_model
 
-    solve = {"qwen3-1.7b-base": 0.3, "qwen3-4b-base": 0.7, "llama3.2-1b-instruct": 0.5}
-    root = tmp_path_factory.mktemp("zoo")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is many times faster on a busy CPU
     try:
@@ -133,7 +163,6 @@ def micro_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
             build_micro_model(family, root / name, seed=seed, sft_steps=600, solve=solve[name])
     finally:
         torch.set_num_threads(threads)
-    return root
 
 
 @pytest.fixture(scope="session")
