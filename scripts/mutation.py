@@ -50,6 +50,7 @@ class Group:
 
 
 _ALGO_TESTS = ("tests/test_algo_advantages.py", "tests/test_algo_capability.py",
+               "tests/test_algo_edges.py", "tests/test_algo_plumbing.py",
                "tests/test_algo_loss.py", "tests/test_algo_methods.py",
                "tests/test_algo_objectives.py", "tests/test_algo_robustness.py",
                "tests/test_algo_theory.py", "tests/test_method_registry.py")
