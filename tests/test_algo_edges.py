@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hacrl.algo import LossBatch, LossConfig, policy_loss
-from hacrl.algo.metrics import SHARE, check_kinds, combine_updates
+from hacrl.algo.metrics import SHARE, SUM, check_kinds, combine_updates
 from hacrl.algo.objectives import borrowed_sample_loss, low_variance_kl, stepwise_lower_bound
 from hacrl.algo.registry import (
     ADVANTAGES,
@@ -227,3 +227,34 @@ def test_a_baseline_of_exactly_one_is_kept_by_the_guard() -> None:
     torch.testing.assert_close(guarded, plain)
     std = float(rewards.flatten().std())
     assert guarded[0, 0, 0].tolist() == pytest.approx([0.0, -1.0 / std])  # R - 1, not R - 0.5
+
+
+def test_methods_registry_names_the_method() -> None:
+    from hacrl.algo import get_method
+    from hacrl.algo.methods import register_method
+
+    with pytest.raises(KeyError, match=r"unknown method 'nope'; registered: .*gspo, .*hacpo, "):
+        get_method("nope")
+    with pytest.raises(ValueError, match=r"method 'hacpo' is already registered"):
+        register_method(get_method("hacpo"))
+
+
+def test_an_undeclared_metric_is_refused_with_the_fix() -> None:
+    def term(s: torch.Tensor, batch: LossBatch, cfg: LossConfig, lower: float) -> BorrowedTerm:
+        return BorrowedTerm(torch.zeros_like(s), torch.zeros_like(batch.cross), {"extra/x": 1.0})
+
+    try:
+        register_borrowed("test_edges_undeclared")(term)
+        with pytest.raises(ValueError, match=r"borrowed objective 'test_edges_undeclared' reports "
+                                             r"undeclared metrics \['extra/x'\]; declare their "
+                                             r"kinds in register_borrowed\(metrics=\.\.\.\)"):
+            policy_loss(torch.zeros(1, 3, dtype=torch.float64), _batch([True], [False]),
+                        LossConfig(borrowed="test_edges_undeclared"), 0)
+    finally:
+        BORROWED.pop("test_edges_undeclared", None)
+
+
+def test_an_unpaired_sum_is_not_paired_by_a_shorter_name() -> None:
+    """A declared SUM without a `<name>_count` is averaged over updates, whatever other counts
+    exist (only a `*_sum` name is cut to find its count)."""
+    assert combine_updates([{"total": 4.0, "t_count": 2.0}], {"total": SUM}) == {"total": 4.0}

@@ -339,3 +339,14 @@ def test_micro_batch_shares_add_up_to_the_mini_batch_loss_and_gradient():
         for key, value in full_out.metrics.items():
             assert metrics[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
         assert full_out.metrics["loss/borrowed"] != 0 and full_out.metrics["loss/own"] != 0
+    # own rows past the clip (ratios e^+-0.5) in uneven micro-batches: the own clip fraction
+    # is the mini-batch's too
+    far = (old + 0.5 * torch.tensor([1.0, -1.0, 0.0, 1.0, 0.0, 0.0])[:, None]) * mask
+    cfg = LossConfig(clip_low=0.2, clip_high=0.28, delta=0.5)
+    whole = policy_loss(far, batch, cfg, update_index=0).metrics["clip/own_frac"]
+    parts: dict[str, float] = {}
+    for index in (torch.tensor([0, 1]), torch.tensor([2, 3, 4]), torch.tensor([5])):
+        out = policy_loss(far[index], batch.select(index), cfg, update_index=0,
+                          denominators=Denominators.of(batch))
+        add_micro_batch(parts, out.metrics, out.kinds, len(index), rows)
+    assert 0 < whole < 1 and parts["clip/own_frac"] == pytest.approx(whole)
