@@ -5,6 +5,7 @@
     python scripts/mutation.py loop --survivors     re-check only the last run's survivors
     python scripts/mutation.py --report [--diffs]   the table (and survivors' diffs) only
     python scripts/mutation.py algo --fresh         forget the group's results and start over
+    python scripts/mutation.py algo --sample 30     30 mutants a module: an estimate with interval
 
 mutmut (pip install -e '.[mutation]') plants one change at a time ("mutant": `<` for `<=`,
 `a - b` for `a + b`, a dropped argument, ...) in a group's modules and runs the group's tests
@@ -27,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -116,6 +119,13 @@ def prepare(name: str, group: Group) -> Path:
     }
     (work / "pyproject.toml").write_text(project + "\n[tool.mutmut]\n" + "".join(
         f"{key} = {json.dumps(value)}\n" for key, value in settings.items()))
+    # A process the tests start (a verifier worker, a job) imports the mutated copy too; while
+    # mutmut maps tests to functions (MUTANT_UNDER_TEST=stats) its trampolines read mutmut's
+    # settings from the working directory, which such a process may not share (a test's tmp
+    # folder): this hook reads them from the group's folder at interpreter start.
+    boot = work / "boot"
+    boot.mkdir(exist_ok=True)
+    (boot / "sitecustomize.py").write_text(_BOOT_HOOK)
     copies = work / "mutants"
     # made now: a PYTHONPATH entry missing when mutmut starts is cached as "nothing there" by
     # the import system, and the tests would then import the unmutated package
@@ -129,16 +139,31 @@ def prepare(name: str, group: Group) -> Path:
     return work
 
 
+_BOOT_HOOK = """\
+import os
+
+if os.environ.get("MUTANT_UNDER_TEST") == "stats" and os.environ.get("MUTMUT_HACRL_GROUP_DIR"):
+    _here = os.getcwd()
+    try:
+        os.chdir(os.environ["MUTMUT_HACRL_GROUP_DIR"])
+        from mutmut.configuration import config
+        config()  # loaded once, from the group's pyproject.toml, and kept for this process
+    finally:
+        os.chdir(_here)
+"""
+
+
 PROGRESS = re.compile(r"(\d+)/(\d+)\s+🎉 (\d+) 🫥 (\d+)\s+⏰ (\d+)\s+🤔 (\d+)\s+🙁 (\d+)")
 
 
 def run_group(name: str, group: Group, jobs: int, names: list[str]) -> int:
     """mutmut over one group, its progress as one line every 15 s."""
     work = prepare(name, group)
-    env = dict(os.environ, PYTHONPATH=f"{work / 'mutants'}" + (
+    env = dict(os.environ, PYTHONPATH=f"{work / 'mutants'}:{work / 'boot'}" + (
         f":{os.environ['PYTHONPATH']}" if os.environ.get("PYTHONPATH") else ""),
         OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MLFLOW_DISABLE_TELEMETRY="true",
-        HF_HUB_OFFLINE="1", HACRL_TEST_MICRO_ZOO_CACHE=str(WORK / "micro_zoo"))
+        HF_HUB_OFFLINE="1", HACRL_TEST_MICRO_ZOO_CACHE=str(WORK / "micro_zoo"),
+        MUTMUT_HACRL_GROUP_DIR=str(work))
     # HACRL_TEST_MICRO_ZOO_CACHE: the micro zoo is built once for all mutants (tests/conftest.py),
     # not once per mutant (~6 s each). PYTHONPATH: processes the tests start import the mutated copy too (an editable install's
     # finder comes after sys.path)
@@ -246,6 +271,10 @@ def tally(work: Path, module: str, equivalent: dict[str, dict[str, str]]) -> Tal
 def _row(label: str, t: Tally) -> str:
     c = t.counts
     rate = "-" if t.rate is None else f"{100 * t.rate:.1f}%"
+    checked = c["mutants"] - c["equivalent"] - c["unchecked"]
+    if c["unchecked"] and checked:  # a sample: how far its rate may be from the module's
+        low, high = wilson(c["killed"] + c["timeout"], checked)
+        rate += f" [{100 * low:.0f}, {100 * high:.0f}] of {checked}"
     return (f"| {label} | {c['mutants']} | {c['killed']} | {c['timeout']} | {c['equivalent']} "
             f"| {c['survived']} | {c['no tests']} | {c['unchecked']} | {rate} |")
 
@@ -303,6 +332,33 @@ def survivors_of(name: str) -> list[str]:
     return found
 
 
+_NAME_MUTANTS = """\
+import json, sys
+from mutmut.mutation.file_mutation import mutate_file_contents
+print(json.dumps({m: list(mutate_file_contents(m, open(m).read()).mutant_names) for m in sys.argv[1:]}))
+"""
+
+
+def sample_of(name: str, group: Group, k: int) -> list[str]:
+    """k mutants of each module of the group, drawn with a fixed seed from every mutant mutmut's
+    generator makes of it: a quick estimate (e.g. of the suite at an old commit)."""
+    work = prepare(name, group)
+    out = subprocess.run([sys.executable, "-c", _NAME_MUTANTS, *group.modules], cwd=work,
+                         capture_output=True, text=True, check=True).stdout
+    chosen = []
+    for module, names in json.loads(out).items():
+        dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        chosen += [f"{dotted}.{n}" for n in random.Random(module).sample(names, min(k, len(names)))]
+    return chosen
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson interval of a proportion hits/n (stays inside [0, 1] for a small sample)."""
+    p = hits / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -315,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="forget the groups' results")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
                         help="mutants checked at once")
+    parser.add_argument("--sample", type=int, metavar="K",
+                        help="check only K mutants of each module, drawn with a fixed seed; "
+                             "the table gives their kill rate with a 95%% interval")
     parser.add_argument("--goal", type=float, default=0.90, help="kill rate each module needs")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = parser.parse_args(argv)
@@ -330,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in groups:
             if args.fresh:
                 shutil.rmtree(WORK / name / "mutants", ignore_errors=True)
-            names = survivors_of(name) if args.survivors else []
+            names = survivors_of(name) if args.survivors else \
+                sample_of(name, GROUPS[name], args.sample) if args.sample else []
             if args.survivors and not names:
                 print(f"[mutation] {name}: no survivors to re-check")
                 continue

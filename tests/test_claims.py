@@ -18,6 +18,7 @@ from analysis.context import Context, pair
 from analysis.reference import BENCHMARKS
 from analysis.store import open_store
 from analysis.tables_accuracy import benchmark_table
+from analysis.verdicts import Comparison
 from hacrl.schema import eval_artifacts as A
 from hacrl.schema.sweep_manifest import CellRecord as Cell
 from hacrl.sweep.grid import all_grids
@@ -253,3 +254,21 @@ def test_a_one_seed_comparison_says_it_covers_problem_sampling_only(world: Conte
     assert "one seed: the test covers problem sampling only" in above.method
     three = {c.text: c for c in check({"table1": table}, world)}
     assert "one seed" not in three[above.text].method
+
+
+def test_a_comparisons_line_shows_every_number_it_rests_on() -> None:
+    """The report's verdict line: estimate, both interval ends, p and Holm's p in the unit
+    asked for; a comparison without an estimate gives its reason only when it has one."""
+    tested = Comparison("size / m: HACPO vs GSPOx2", "inconclusive", estimate=0.0062,
+                        lo=-0.0041, hi=0.0165, p=0.23, p_adjusted=0.46, prob_improvement=0.81,
+                        mde=0.013)
+    assert tested.text() == ("size / m: HACPO vs GSPOx2: +0.62 pt [-0.41, +1.65], p 0.23 "
+                             "(Holm 0.46), P(A > B) 0.81: inconclusive (MDE 1.3 pt)")
+    assert Comparison("c", "supported", estimate=0.5, lo=0.25, hi=0.75, p=0.0004,
+                      p_adjusted=0.012).text(unit=1.0, unit_name="x") == \
+        "c: +0.50 x [+0.25, +0.75], p <0.001 (Holm 0.012): supported"
+    assert Comparison("c", "inconclusive", estimate=0.1).text() == \
+        "c: +10.00 pt [?, ?], p - (Holm -): inconclusive"
+    assert Comparison("c", "not testable", reason="one seed").text() == \
+        "c: not testable (one seed)"
+    assert Comparison("c", "not testable").text() == "c: not testable"

@@ -132,6 +132,32 @@ def test_method_switches_reach_the_loss_config(micro_zoo, method):
     assert P // m.update_prompts(MB) == paper.updates * P // MB
 
 
+
+def test_config_values_reach_the_loop_and_the_loss(micro_zoo):
+    """Each config key the loop or the loss reads arrives there: values set off every default of
+    LoopSettings, LossConfig and SamplingParams, so a key dropped on the way (its default taken
+    instead) shows."""
+    spec = _job(micro_zoo, "hacpo", "seed=7", "algo.clip_low=0.1", "algo.clip_high=0.3",
+                "algo.cross_clip_lower=0.7", "algo.delta_step=0.05",
+                "algo.capability_window=3", "algo.capability_floor=0.05",
+                "rollout.temperature=0.7", "rollout.top_p=0.9", "rollout.overflow=error",
+                "task.prompt_template='Q: {question}'")
+    loss = spec.loss
+    # the own-sample clip the config sets replaces the method's default (3e-4, 4e-4)
+    assert (loss.clip_low, loss.clip_high) == pytest.approx((0.1, 0.3))
+    # the borrowed rows' lower bound: 1 - delta = cross_clip_lower at m = 0, rising by delta_step
+    assert (loss.delta, loss.delta_step) == pytest.approx((0.3, 0.05))
+    settings = loop_settings(spec)
+    assert settings.loss == loss
+    assert settings.seed == 7  # seeds the rows' order within a step (sample_order=mixed)
+    assert settings.prompt_template == "Q: {question}"
+    assert settings.overflow == "error"
+    assert settings.capability_window == 3
+    assert settings.capability_floor == pytest.approx(0.05)
+    assert settings.sampling.max_new_tokens == MAX_NEW
+    assert settings.sampling.temperature == pytest.approx(0.7)
+    assert settings.sampling.top_p == pytest.approx(0.9)
+
 # -- one step of the loop: what every row of every update carries ------------------------------
 
 # capability history preloaded per agent: the oldest row drops out of the K = 5 window at this
@@ -217,6 +243,10 @@ CASES = [pytest.param(m, (), id=m) for m in TRAINING] + [
     pytest.param("hacpo", ("algo.omega_clamp=[0.5,2.0]", "algo.sample_order=own_first"),
                  id="hacpo-tight-clamp-own-first"),
     pytest.param("hacpo_no_omega", ("profile=bare",), id="hacpo_no_omega-bare"),
+    # the as_run profile's two advantage switches one at a time (the first prompt's group is
+    # all 1s: zeroing or the guard decides its advantages)
+    pytest.param("hacpo", ("algo.zero_uniform_groups=false",), id="hacpo-guard-only"),
+    pytest.param("hacpo", ("algo.baseline_guard=false",), id="hacpo-zeroing-only"),
 ]
 
 
@@ -230,10 +260,12 @@ def test_loop_hands_every_row_its_omega_advantage_and_switches(micro_zoo, lenien
     engines = [Recorder(LocalEngine(a.path, lr=1e-3, device="cpu", old_logprobs="sampler",
                                     reference=settings.loss.kl_coef > 0)) for a in spec.agents]
     n = len(engines)
+    group = G * paper.rollouts
     graded: list[list[float]] = []
 
     def grade(responses, answers):
-        out = lenient_grader(responses, answers)
+        # every agent solves the first prompt every time: one uniform pooled group
+        out = [1.0] * group + lenient_grader(responses, answers)[group:]
         graded.append(list(out))
         return out
 
@@ -252,7 +284,6 @@ def test_loop_hands_every_row_its_omega_advantage_and_switches(micro_zoo, lenien
     result = loop.step(1)
 
     # what the loop graded, and P, omega from it (paper step 1, K = 5, floor)
-    group = G * paper.rollouts
     assert len(graded) == n and all(len(g) == P * group for g in graded)
     rewards = [[g[p * group:(p + 1) * group] for p in range(P)] for g in graded]
     cap = _capability(graded, settings.capability_window, settings.capability_floor)
@@ -323,8 +354,13 @@ def test_loop_hands_every_row_its_omega_advantage_and_switches(micro_zoo, lenien
                     statistics.fmean(gen.logprobs), abs=1e-5)
             else:  # Naive: the target's own pre-update log-probs, the own-sample clip
                 assert paper.borrowed == "as_own" and bool((old != 0).all())
+            # the reference's log-probs where there is a KL term, on own rows only; at step 1
+            # the reference is the policy that sampled them
+            assert (batch.ref_logp is not None) == (settings.loss.kl_coef > 0)
             if batch.ref_logp is not None and borrowed:
-                assert not batch.ref_logp[b].any()  # the KL term is on own rows only
+                assert not batch.ref_logp[b].any()
+            elif batch.ref_logp is not None:
+                assert torch.allclose(batch.ref_logp[b, :length], old, atol=1e-4), (k, i)
         # the stepwise bound each update reports follows the method's switch
         bounds = [m["clip/lower_bound"] for m in [result.agent_metrics[k]]]
         assert bounds[0] == pytest.approx(0.8 + 0.025 * (updates_per_target - 1) / 2

@@ -50,8 +50,9 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, list[psutil.Pr
     return ui, port, server
 
 
-def _gone(processes: list[psutil.Process], timeout: float = 30) -> bool:
-    _, alive = psutil.wait_procs(processes, timeout=timeout)
+def _gone(processes: list[psutil.Process]) -> bool:
+    """Waits for the processes to end: one that lives on times the test out (pytest-timeout)."""
+    _, alive = psutil.wait_procs(processes)
     return not alive
 
 

@@ -98,9 +98,11 @@ def _full_sequence(logp: torch.Tensor, views: list[TokenView]) -> list[torch.Ten
     return rows
 
 
-@pytest.mark.parametrize("layout", ["nested", "flat", "padded"])
+@pytest.mark.parametrize("layout", ["nested", "flat", "padded", "padded_wider"])
 @pytest.mark.parametrize("kl", [False, True])
 def test_loss_callable_is_policy_loss_in_every_layout(layout: str, kl: bool) -> None:
+    """padded_wider: padded log-probs with columns past the longest response, which count for
+    nothing."""
     views = _views(9)
     batch = _loss_batch(views, kl=kl)
     config = LossConfig(alpha=0.7, kl_coef=0.01 if kl else 0.0)
@@ -110,7 +112,8 @@ def test_loss_callable_is_policy_loss_in_every_layout(layout: str, kl: bool) -> 
                             _meta(views, batch, 3))
     full = _full_sequence(logp, views)
     model_logp = {"nested": torch.nested.as_nested_tensor(full, layout=torch.jagged),
-                  "flat": torch.cat(full), "padded": logp}[layout]
+                  "flat": torch.cat(full), "padded": logp,
+                  "padded_wider": torch.cat([logp, torch.full((len(views), 3), -2.0)], dim=1)}[layout]
     loss, metrics = verl_call(config, model_logp, data)
     assert abs(float(loss) - float(expected.loss)) < 1e-6
     assert set(expected.metrics) == {*WEIGHTED, *SUMMED}  # every metric of policy_loss is reported
@@ -126,8 +129,11 @@ def test_update_index_is_required_and_changes_the_borrowed_clip() -> None:
     fields = vb.loss_fields(batch, batch.response_mask.shape[1])
     logp = batch.old_logp * batch.response_mask
     no_index = vb.to_tensordict(views, 0, fields, {"dp_size": 1})
-    with pytest.raises(KeyError, match=UPDATE_INDEX):
+    with pytest.raises(KeyError, match=UPDATE_INDEX) as refused:
         verl_call(HACPO, logp, no_index)
+    assert refused.value.args[0] == (
+        f"training batch has no {UPDATE_INDEX}: hacrl's loss needs the mini-batch index m "
+        "(set by hacrl.engines.verl.workers.HacrlTrainingWorker)")
     bounds = []
     for m in (0, 4):
         data = vb.to_tensordict(views, 0, fields, _meta(views, batch, m))
@@ -320,10 +326,233 @@ def test_batch_round_trip_and_filler_rows() -> None:
 
 def test_batch_without_loss_fields_is_refused() -> None:
     views = _views(3)
-    with pytest.raises(KeyError, match="hacrl_advantages"):
+    with pytest.raises(KeyError, match="hacrl_advantages") as refused:
         vb.loss_batch(vb.to_tensordict(views, 0))
+    assert refused.value.args[0] == (
+        "training batch lacks hacrl_source_mean_logp, hacrl_advantages, hacrl_omega, "
+        "hacrl_cross, hacrl_own, old_log_probs: it was not built by "
+        "hacrl.engines.verl.batch.to_tensordict with loss fields")
+    batch = _loss_batch(views)
+    fields = vb.loss_fields(batch, batch.response_mask.shape[1])
+    del fields["hacrl_omega"]
+    with pytest.raises(KeyError) as refused:
+        vb.loss_batch(vb.to_tensordict(views, 0, fields))
+    assert refused.value.args[0].startswith("training batch lacks hacrl_omega: ")
     with pytest.raises(ValueError, match="empty prompt"):
         vb.padded_batch([TokenView((), (1, 2))], 0)
+    with pytest.raises(ValueError, match="^an empty batch has no verl layout$"):
+        vb.padded_batch([], 0)
+
+
+def test_loss_callable_refuses_a_call_without_model_output_or_data() -> None:
+    views = _views(3)
+    batch = _loss_batch(views)
+    data = vb.to_tensordict(views, 0, vb.loss_fields(batch, batch.response_mask.shape[1]),
+                            _meta(views, batch, 0))
+    fn = loss_callable(HACPO)
+    with pytest.raises(TypeError, match="^hacrl_loss needs model_output and data$"):
+        fn(model_output=None, data=data, dp_group=None)
+    with pytest.raises(TypeError, match="^hacrl_loss needs model_output and data$"):
+        fn(model_output={"log_probs": batch.old_logp}, data=None, dp_group=None)
+
+
+def test_responses_are_at_least_one_column_wide() -> None:
+    """The response columns are as wide as the longest response: one column for one-token
+    responses, and one (all padding) when every response is empty."""
+    one = vb.padded_batch([TokenView((5,), (1,)), TokenView((6, 7), (2,))], 0)
+    assert one["responses"].tolist() == [[1], [2]]
+    assert one["input_ids"].tolist() == [[0, 5, 1], [6, 7, 2]]
+    assert one["response_mask"].tolist() == [[1], [1]]
+    empty = vb.padded_batch([TokenView((5, 6), ()), TokenView((7,), ())], 9)
+    assert empty["responses"].tolist() == [[9], [9]]
+    assert empty["input_ids"].tolist() == [[5, 6, 9], [9, 7, 9]]
+    assert empty["response_mask"].tolist() == [[0], [0]]
+    assert empty["position_ids"].tolist() == [[0, 1, 0], [0, 0, 0]]
+
+
+def test_loss_fields_fit_any_response_width() -> None:
+    """Token fields are cut to, or padded with zeros up to, the batch's response width (the
+    engine's width is at least 1, also for a mini-batch of empty responses)."""
+    views = _views(4, seed=14)
+    batch = _loss_batch(views, seed=15, kl=True)
+    width = batch.response_mask.shape[1]
+    for name, attr in vb.TOKEN_FIELDS.items():
+        source = getattr(batch, attr)
+        wide = vb.loss_fields(batch, width + 3)[name]
+        assert wide.shape == (4, width + 3), name
+        assert torch.equal(wide[:, :width], source) and not wide[:, width:].any(), name
+        narrow = vb.loss_fields(batch, width - 2)[name]
+        assert torch.equal(narrow, source[:, :width - 2]), name
+    empty = [TokenView((3, 4), ()), TokenView((5,), ())]
+    no_tokens = _loss_batch(empty, seed=16, kl=True)
+    fields = vb.loss_fields(no_tokens, 1)
+    assert fields["old_log_probs"].tolist() == [[0.0], [0.0]]
+    assert fields["ref_log_prob"].tolist() == [[0.0], [0.0]]
+
+
+def test_filler_rows_copy_row_zero_up_to_a_whole_multiple() -> None:
+    views = _views(7, seed=17)
+    batch = _loss_batch(views, seed=18)
+    width = batch.response_mask.shape[1]
+    fields = vb.loss_fields(batch, width)
+    rows, padded = vb.pad_rows(views, fields, multiple=4)  # one row short of 8
+    assert rows == [*views, views[0]]
+    real = padded["hacrl_real"]
+    assert real.tolist() == [True] * 7 + [False]
+    # the flag picks out the real rows; the filler row carries no advantage, omega or flags
+    assert torch.equal(padded["hacrl_advantages"][real], batch.advantages)
+    assert torch.equal(padded["old_log_probs"][real], batch.old_logp)
+    for name in ("hacrl_advantages", "hacrl_omega", "hacrl_cross", "hacrl_own", "old_log_probs"):
+        assert not padded[name][~real].any(), name
+    # a whole multiple is left as it is
+    same_rows, same = vb.pad_rows(views[:4], vb.loss_fields(batch.select(torch.arange(4)), width),
+                                  multiple=4)
+    assert same_rows == views[:4] and same["hacrl_real"].tolist() == [True] * 4
+    # one row over two ranks: the row and a copy of it
+    one_rows, one = vb.pad_rows(views[:1], vb.loss_fields(batch.select(torch.arange(1)), width),
+                                multiple=2)
+    assert one_rows == [views[0], views[0]] and one["hacrl_real"].tolist() == [True, False]
+
+
+def test_filler_rows_have_no_response_tokens_for_verl() -> None:
+    """verl's own masks (response_mask, and loss_mask made from it) leave filler rows out and
+    stay integer masks, as verl's trainer sends them."""
+    views = _views(5, seed=19)
+    batch = _loss_batch(views, seed=20)
+    rows, fields = vb.pad_rows(views, vb.loss_fields(batch, batch.response_mask.shape[1]), 4)
+    data = vb.to_tensordict(rows, 0, fields)
+    for key in ("response_mask", "loss_mask"):
+        mask = data[key]
+        assert not mask.is_floating_point(), key
+        assert torch.equal(mask[:5].float(), batch.response_mask), key
+        assert not mask[5:].any(), key
+    # without filler flags every row keeps its response tokens
+    del fields["hacrl_real"]
+    data = vb.to_tensordict(rows, 0, fields)
+    assert torch.equal(data["response_mask"][5:], data["response_mask"][:1].expand(3, -1))
+    assert data["response_mask"][5:].any()
+
+
+def test_loss_batch_masks_rows_flagged_filler() -> None:
+    """The loss leaves filler rows out by their flag, even when the batch's response mask still
+    covers them (e.g. a mask verl rebuilt from the attention mask)."""
+    views = _views(4, seed=21)
+    batch = _loss_batch(views, seed=22)
+    fields = vb.loss_fields(batch, batch.response_mask.shape[1])
+    del fields["hacrl_real"]
+    data = vb.to_tensordict(views, 0, fields)
+    assert torch.equal(vb.loss_batch(data).response_mask, batch.response_mask)
+    data["hacrl_real"] = torch.tensor([True, False, True, False])
+    mask = vb.loss_batch(data).response_mask
+    assert torch.equal(mask[[0, 2]], batch.response_mask[[0, 2]])
+    assert not mask[[1, 3]].any()
+
+
+@pytest.mark.parametrize("dp_size", ["absent", None])
+def test_a_batch_without_flags_ranks_or_denominators_is_its_own_mini_batch(
+        dp_size: str | None) -> None:
+    """Without filler flags every row is real; without dp_size (or with none) there is one rank;
+    without denominators the micro-batch's own sizes count: the loss is then policy_loss's."""
+    views = _views(7, seed=23)
+    batch = _loss_batch(views, seed=24, kl=True)
+    config = LossConfig(alpha=0.7, kl_coef=0.01)
+    fields = vb.loss_fields(batch, batch.response_mask.shape[1])
+    del fields["hacrl_real"]
+    meta: dict[str, Any] = {UPDATE_INDEX: 2}
+    if dp_size is None:
+        meta["dp_size"] = None
+    logp = (batch.old_logp - 0.2) * batch.response_mask
+    loss, metrics = verl_call(config, logp, vb.to_tensordict(views, 0, fields, meta))
+    expected = policy_loss(logp, batch, config, update_index=2)
+    assert float(loss) == pytest.approx(float(expected.loss), abs=1e-6)
+    assert metrics[ROWS].aggregate() == 7
+    for key, value in expected.metrics.items():
+        assert reported(metrics, key) == pytest.approx(value, abs=1e-6), key
+
+
+def test_loss_output_without_filler_rows_is_policy_loss() -> None:
+    """hacrl_loss_output of a micro-batch whose rows are all real is policy_loss's output: loss,
+    metrics and sequence ratios; also for a micro-batch of no rows."""
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+
+    from hacrl.engines.verl.worker_loss import hacrl_loss_output
+
+    views = _views(6, seed=25)
+    batch = _loss_batch(views, seed=26)
+    logp = (batch.old_logp - 0.1) * batch.response_mask
+    data = vb.to_tensordict(views, 0, vb.loss_fields(batch, batch.response_mask.shape[1]),
+                            _meta(views, batch, 1))
+    out, rows = hacrl_loss_output(logp, data, HACPO)
+    expected = policy_loss(logp, batch, HACPO, update_index=1)
+    assert rows == 6 and float(out.loss) == pytest.approx(float(expected.loss), abs=1e-7)
+    assert out.metrics == pytest.approx(expected.metrics, abs=1e-7)
+    assert torch.allclose(out.s_homo, expected.s_homo) and torch.allclose(out.s_hete, expected.s_hete)
+    none = TensorDict({"response_mask": torch.zeros(0, 3, dtype=torch.long),
+                       "old_log_probs": torch.zeros(0, 3), "hacrl_real": torch.zeros(0, dtype=torch.bool),
+                       **{name: torch.zeros(0) for name in vb.ROW_FIELDS}}, batch_size=[0])
+    tu.assign_non_tensor(none, **{UPDATE_INDEX: 1})
+    out, rows = hacrl_loss_output(torch.zeros(0, 3), none, HACPO)
+    empty = batch.select(torch.arange(0)).trim(3)
+    assert rows == 0
+    assert out.metrics == policy_loss(torch.zeros(0, 3), empty, HACPO, update_index=1).metrics
+
+
+def test_ranks_micro_batches_and_filler_rows_add_up_to_the_mini_batch_metrics() -> None:
+    """verl sums each metric over a rank's micro-batches and averages SUMs over data-parallel
+    ranks (`Metric.aggregate_dp`), min and max over all. 13 real rows padded to 16 over 2 ranks
+    of 4 micro-batches, so that one micro-batch holds a single real row and one filler rows only
+    (with non-zero log-probs): the engine reads back the whole mini-batch's loss, metrics and
+    sequence-ratio statistics, the real rows get its gradient and the filler rows none."""
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.metric import Metric
+
+    from hacrl.engines.verl.update_metrics import actor_metrics
+    from hacrl.engines.verl.worker_loss import reported_metrics
+
+    views = _views(13, seed=27)
+    batch = _loss_batch(views, seed=28, kl=True)
+    config = LossConfig(alpha=0.7, kl_coef=0.02)
+    width = batch.response_mask.shape[1]
+    rows, fields = vb.pad_rows(views, vb.loss_fields(batch, width), multiple=8)
+    fields["row"] = torch.arange(len(rows))
+    dp_size = 2
+    data = vb.to_tensordict(rows, 0, fields, _meta(views, batch, 2, dp_size=dp_size))
+    base = torch.randn(len(rows), width, generator=torch.Generator().manual_seed(29)) * 0.1 - 1.5
+    whole_logp = base[:13].clone().requires_grad_(True)
+    whole = policy_loss(whole_logp, batch, config, update_index=2)
+    whole.loss.backward()
+
+    pieces = base.clone().requires_grad_(True)
+    total = torch.zeros(())
+    ranks, real_counts = [], []
+    for rank in tu.chunk_tensordict(data, dp_size):
+        merged: dict[str, Metric] = {}
+        for micro in tu.chunk_tensordict(rank, 4):
+            real_counts.append(int(micro["hacrl_real"].sum()))
+            loss, metrics = verl_call(config, pieces[micro["row"]], micro)
+            total = total + loss / dp_size  # FSDP averages the ranks' gradients
+            for key, metric in metrics.items():
+                merged.setdefault(key, Metric(metric.aggregation)).append(metric)
+        ranks.append(merged)
+    assert real_counts == [2] * 6 + [1, 0]
+    raw = {key: Metric.aggregate_dp([r[key] for r in ranks]) for key in ranks[0]}
+    out = actor_metrics(raw, reported_metrics(config))
+
+    assert float(total) == pytest.approx(float(whole.loss), abs=1e-6)
+    total.backward()
+    assert whole_logp.grad is not None and pieces.grad is not None
+    assert torch.allclose(pieces.grad[:13], whole_logp.grad, atol=1e-7)
+    assert not pieces.grad[13:].any()
+    for key, value in whole.metrics.items():
+        assert out[key] == pytest.approx(value, abs=1e-6), key
+    for name, ratios in (("s_homo", whole.s_homo), ("s_hete", whole.s_hete)):
+        assert ratios.numel() > 0, name
+        assert out[f"ratio/{name}_count"] * dp_size == ratios.numel(), name
+        assert out[f"ratio/{name}_sum"] / out[f"ratio/{name}_count"] == pytest.approx(
+            float(ratios.mean()), abs=1e-6), name
+        assert out[f"ratio/{name}_min"] == pytest.approx(float(ratios.min()), abs=1e-6), name
+        assert out[f"ratio/{name}_max"] == pytest.approx(float(ratios.max()), abs=1e-6), name
 
 
 def test_actor_metrics_keep_our_names_and_prefix_verls() -> None:

@@ -79,15 +79,14 @@ def _first_running(cells: Path, sweep: subprocess.Popen) -> dict:
     raise AssertionError("the sweep ended before any cell started")
 
 
-def _gone(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def _wait_gone(pid: int) -> None:
+    """Returns once the process is gone; while it lives on, the test's timeout ends the wait."""
+    while True:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return True
+            return
         time.sleep(0.2)
-    return False
 
 
 @pytest.mark.slow
@@ -103,7 +102,7 @@ def test_a_sweep_killed_outright_takes_its_warm_cells_with_it(tmp_path, cli_env,
     running = _first_running(cells, sweep)
     sweep.kill()  # SIGKILL: the sweep runs no cleanup at all
     sweep.wait()
-    assert _gone(int(running["pid"]), 60), "the cell outlived its sweep"
+    _wait_gone(int(running["pid"]))  # a cell that outlives its sweep times the test out
     state = json.loads((cells / f"{running['cell']}.json").read_text())
     assert state["status"] == "killed"  # it saw SIGTERM and said so
 
