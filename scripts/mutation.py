@@ -207,10 +207,14 @@ class Tally:
         self.survivors += other.survivors
 
     @property
+    def checked(self) -> int:
+        c = self.counts
+        return c["mutants"] - c["equivalent"] - c["unchecked"]
+
+    @property
     def rate(self) -> float | None:
         c = self.counts
-        checked = c["mutants"] - c["equivalent"] - c["unchecked"]
-        return (c["killed"] + c["timeout"]) / checked if checked else None
+        return (c["killed"] + c["timeout"]) / self.checked if self.checked else None
 
 
 def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[str, dict[str, str]]:
@@ -271,10 +275,9 @@ def tally(work: Path, module: str, equivalent: dict[str, dict[str, str]]) -> Tal
 def _row(label: str, t: Tally) -> str:
     c = t.counts
     rate = "-" if t.rate is None else f"{100 * t.rate:.1f}%"
-    checked = c["mutants"] - c["equivalent"] - c["unchecked"]
-    if c["unchecked"] and checked:  # a sample: how far its rate may be from the module's
-        low, high = wilson(c["killed"] + c["timeout"], checked)
-        rate += f" [{100 * low:.0f}, {100 * high:.0f}] of {checked}"
+    if c["unchecked"] and t.checked:  # a sample: how far its rate may be from the module's
+        low, high = wilson(c["killed"] + c["timeout"], t.checked)
+        rate += f" [{100 * low:.0f}, {100 * high:.0f}] of {t.checked}"
     return (f"| {label} | {c['mutants']} | {c['killed']} | {c['timeout']} | {c['equivalent']} "
             f"| {c['survived']} | {c['no tests']} | {c['unchecked']} | {rate} |")
 
@@ -377,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--goal", type=float, default=0.90, help="kill rate each module needs")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = parser.parse_args(argv)
+    if args.sample is not None and (args.sample < 1 or args.survivors):
+        parser.error("--sample K needs K >= 1 and goes without --survivors")
     unknown = [g for g in args.groups if g not in GROUPS]
     if unknown:
         parser.error(f"unknown group {', '.join(unknown)}; the groups: {', '.join(GROUPS)}")
