@@ -6,6 +6,7 @@
     python scripts/mutation.py --report [--diffs]   the table (and survivors' diffs) only
     python scripts/mutation.py algo --fresh         forget the group's results and start over
     python scripts/mutation.py algo --sample 30     30 mutants a module: an estimate with interval
+    python scripts/mutation.py --report --record    keep the table's complete rows in git
 
 mutmut (pip install -e '.[mutation]') plants one change at a time ("mutant": `<` for `<=`,
 `a - b` for `a + b`, a dropped argument, ...) in a group's modules and runs the group's tests
@@ -21,12 +22,17 @@ counts as a survivor. Equivalent mutants (no test can tell them from the origina
 with a reason each in scripts/mutation_equivalent.toml; an entry names the mutant and the line
 it adds, so after its function changes it no longer matches and counts as a survivor again.
 Exits 1 when a module of the chosen groups is below --goal (90%) or has unchecked mutants.
+`--record` writes the rows of groups checked in full to scripts/mutation_record.json with the
+commit and a digest of what they were measured on (modules, test files, equivalents); a group
+with no results in `.mutation/` is reported from that record, marked stale once its modules,
+tests or equivalents differ from what was measured.
 Not part of CI: every group together is about an hour on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -44,6 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
 EQUIVALENT_FILE = ROOT / "scripts" / "mutation_equivalent.toml"
+RECORD_FILE = ROOT / "scripts" / "mutation_record.json"
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,8 @@ def prepare(name: str, group: Group) -> Path:
     tests = [t for t in group.tests if (ROOT / t).is_file()]
     settings = {
         "source_paths": ["hacrl", "analysis"],
-        "also_copy": ["hydra_plugins", "experiments", "sweeps"],
+        # experiments/ and sweeps/ are links into hacrl/conf (made below), as in the repository
+        "also_copy": ["hydra_plugins"],
         "only_mutate": list(group.modules),
         # each mutant reruns the tests that reach it: the slow tier (whole jobs, sweeps) is
         # left out, and those tests run in this process or start their own (PYTHONPATH below)
@@ -130,6 +138,12 @@ def prepare(name: str, group: Group) -> Path:
     # made now: a PYTHONPATH entry missing when mutmut starts is cached as "nothing there" by
     # the import system, and the tests would then import the unmutated package
     copies.mkdir(exist_ok=True)
+    for name, target in (("experiments", "hacrl/conf"), ("sweeps", "hacrl/conf/sweep")):
+        link = copies / name
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)  # a copy made by an earlier version of this script
+        if not link.is_symlink():
+            link.symlink_to(target)
     if copies.is_dir():
         mutated = {str(copies / m) for m in group.modules}
         for path in copies.rglob("*"):
@@ -186,7 +200,7 @@ def run_group(name: str, group: Group, jobs: int, names: list[str]) -> int:
                       f"{survived} survived, {no_tests} no tests, {timeout} timeout "
                       f"({time.monotonic() - start:.0f} s)", flush=True)
                 last = time.monotonic()
-            elif line.strip() and not m and "⠋" not in line:
+            elif line.strip() and not m and not re.search("[\u2800-\u28ff]", line):
                 tail = (tail + [line])[-40:]
     code = proc.wait()
     if code:
@@ -217,8 +231,9 @@ class Tally:
         return (c["killed"] + c["timeout"]) / self.checked if self.checked else None
 
 
-def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[str, dict[str, str]]:
+def load_equivalent() -> dict[str, dict[str, str]]:
     """{mutant name: {"line": the line the mutant adds, "reason": why no test can tell}}."""
+    path = EQUIVALENT_FILE
     if not path.is_file():
         return {}
     entries = tomllib.loads(path.read_text())
@@ -282,8 +297,37 @@ def _row(label: str, t: Tally) -> str:
             f"| {c['survived']} | {c['no tests']} | {c['unchecked']} | {rate} |")
 
 
-def report(groups: list[str], goal: float, diffs: bool, markdown: Path | None) -> int:
+def digest(name: str, equivalent: dict[str, dict[str, str]]) -> str:
+    """What a group's results depend on: its modules, its test files and its modules'
+    equivalent entries (a change to any of them can change a mutant's fate)."""
+    group, h = GROUPS[name], hashlib.sha256()
+    for path in (*group.modules, *group.tests):
+        h.update(path.encode() + b"\0")
+        h.update((ROOT / path).read_bytes() if (ROOT / path).is_file() else b"<missing>")
+    dotted = tuple(m.removesuffix(".py").removesuffix("/__init__").replace("/", ".") + "."
+                   for m in group.modules)
+    for key in sorted(k for k in equivalent if k.startswith(dotted)):
+        h.update(json.dumps([key, equivalent[key]["line"]]).encode())
+    return h.hexdigest()[:16]
+
+
+def load_record() -> dict[str, dict]:
+    return json.loads(RECORD_FILE.read_text()) if RECORD_FILE.is_file() else {}
+
+
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                         text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return (out.stdout.strip() or "unknown") + ("+changes" if dirty else "")
+
+
+def report(groups: list[str], goal: float, diffs: bool, markdown: Path | None,
+           record: bool = False) -> int:
     equivalent = load_equivalent()
+    recorded = load_record()
+    notes: list[str] = []
     lines = ["| group: module | mutants | killed | timeout | equivalent | survived | no tests "
              "| unchecked | kill rate |", "|---|---|---|---|---|---|---|---|---|"]
     below: list[str] = []
@@ -291,15 +335,31 @@ def report(groups: list[str], goal: float, diffs: bool, markdown: Path | None) -
     survivors: list[tuple[Path, str, str]] = []
     for name in groups:
         work, whole = WORK / name, Tally()
+        live = {m: tally(work, m, equivalent) for m in GROUPS[name].modules}
+        kept = recorded.get(name)
+        from_record = all(t is None for t in live.values()) and kept is not None
+        if from_record:
+            assert kept is not None
+            stale = kept["digest"] != digest(name, equivalent)
+            notes.append(f"{name}: recorded at {kept['commit']} ({kept['date']})"
+                         + (", STALE: its modules, tests or equivalents changed since"
+                            if stale else ""))
+            for m in GROUPS[name].modules:
+                row = kept["modules"].get(m)
+                if row is not None:
+                    live[m] = Tally(Counter(row["counts"]), list(row["survivors"]))
+            if stale:
+                below.append(f"{name}: its record is stale (python scripts/mutation.py {name})")
         for module in GROUPS[name].modules:
-            t = tally(work, module, equivalent)
+            t = live[module]
             if t is None:
                 lines.append(f"| {name}: {module} | not run | | | | | | | |")
                 below.append(f"{module}: not run (python scripts/mutation.py {name})")
                 continue
             lines.append(_row(f"{name}: {module}", t))
             whole.add(t)
-            survivors += [(work, s, module) for s in t.survivors]
+            if not from_record:
+                survivors += [(work, s, module) for s in t.survivors]
             if t.counts["unchecked"]:
                 below.append(f"{module}: {t.counts['unchecked']} mutants not checked")
             elif t.rate is not None and t.rate < goal:
@@ -307,10 +367,25 @@ def report(groups: list[str], goal: float, diffs: bool, markdown: Path | None) -
         if len(GROUPS[name].modules) > 1:
             lines.append(_row(f"**{name}**", whole))
         everything.add(whole)
+        complete = not from_record and all(t is not None and not t.counts["unchecked"]
+                                           for t in live.values())
+        if record and complete:
+            recorded[name] = {
+                "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
+                "digest": digest(name, equivalent),
+                "modules": {m: {"counts": dict(t.counts), "survivors": t.survivors}
+                            for m, t in live.items() if t is not None}}
+            notes.append(f"{name}: recorded in {RECORD_FILE.relative_to(ROOT)}")
+        elif record and not from_record:
+            notes.append(f"{name}: not recorded (not checked in full)")
     if len(groups) > 1:
         lines.append(_row("**all**", everything))
     table = "\n".join(lines)
     print(table)
+    if record:
+        RECORD_FILE.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+    for note in notes:
+        print(f"[mutation] {note}")
     if markdown:
         markdown.write_text(table + "\n")
     if diffs:
@@ -379,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                              "the table gives their kill rate with a 95%% interval")
     parser.add_argument("--goal", type=float, default=0.90, help="kill rate each module needs")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
+    parser.add_argument("--record", action="store_true",
+                        help=f"keep the rows of groups checked in full in {RECORD_FILE.name}")
     args = parser.parse_args(argv)
     if args.sample is not None and (args.sample < 1 or args.survivors):
         parser.error("--sample K needs K >= 1 and goes without --survivors")
@@ -401,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if run_group(name, GROUPS[name], args.jobs, names):
                 return 2
-    return report(groups, args.goal, args.diffs, args.markdown)
+    return report(groups, args.goal, args.diffs, args.markdown, args.record)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -198,3 +199,46 @@ def test_bench_zoo_weights_must_be_identical(
     assert bench._report(side("aa"), side("aa"), workers=1) is True
     assert bench._report(side("aa"), side("bb"), workers=1) is False
     assert _last_line(capsys) == "bench_zoo: FAIL: the old and new weights differ for m"
+
+
+# -- mutation: its table, kept in git for groups checked in full ---------------------------------
+
+def test_mutation_table_is_kept_and_marked_stale_when_its_inputs_change(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    mutation = _script("mutation", monkeypatch)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("def f(x):\n    return x + 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_m.py").write_text("def test_f(): ...\n")
+    monkeypatch.setattr(mutation, "ROOT", tmp_path)
+    monkeypatch.setattr(mutation, "WORK", tmp_path / ".mutation")
+    monkeypatch.setattr(mutation, "RECORD_FILE", tmp_path / "record.json")
+    monkeypatch.setattr(mutation, "EQUIVALENT_FILE", tmp_path / "none.toml")
+    monkeypatch.setattr(mutation, "GROUPS", {"g": mutation.Group(("pkg/m.py",),
+                                                                 ("tests/test_m.py",))})
+    meta = tmp_path / ".mutation" / "g" / "mutants" / "pkg" / "m.py.meta"
+    meta.parent.mkdir(parents=True)
+    codes = {f"pkg.m.x_f__mutmut_{i}": 1 for i in range(1, 10)} | {"pkg.m.x_f__mutmut_10": 0}
+    meta.write_text(json.dumps({"exit_code_by_key": codes | {"pkg.m.x_f__mutmut_11": None}}))
+    # a sample (an unchecked mutant) is not kept
+    assert mutation.report(["g"], 0.9, False, None, record=True) == 1
+    assert "g: not recorded (not checked in full)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "record.json").read_text()) == {}
+    meta.write_text(json.dumps({"exit_code_by_key": codes}))
+    assert mutation.report(["g"], 0.9, False, None, record=True) == 0
+    kept = json.loads((tmp_path / "record.json").read_text())["g"]
+    assert kept["modules"]["pkg/m.py"] == {
+        "counts": {"mutants": 10, "killed": 9, "survived": 1},
+        "survivors": ["pkg.m.x_f__mutmut_10"]}
+    # no results here (a new clone): the table comes from the record
+    meta.unlink()
+    assert mutation.report(["g"], 0.9, False, None) == 0
+    out = capsys.readouterr().out
+    assert "| g: pkg/m.py | 10 | 9 | 0 | 0 | 1 | 0 | 0 | 90.0% |" in out
+    assert "g: recorded at" in out and "STALE" not in out
+    # a test file changed since: the record no longer speaks for the group
+    (tmp_path / "tests" / "test_m.py").write_text("def test_f(): assert True\n")
+    assert mutation.report(["g"], 0.9, False, None) == 1
+    out = capsys.readouterr().out
+    assert "STALE" in out and "below the goal: g: its record is stale" in out

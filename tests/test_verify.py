@@ -314,3 +314,47 @@ def test_task_grader_is_the_shared_verifier() -> None:
                  ["85", "5", "7", "1"]) == [1.0, 0.0, 1.0, 0.0]
     assert verifier.pool._workers == []
     verifier.close()
+
+
+# -- the in-process path and the cheap verdicts' edges -----------------------------------------
+
+
+def test_in_process_grading_agrees_with_math_verify_and_refuses_python() -> None:
+    """`_equivalent_in_process` and `math_verify_equal` (what a worker runs) on the hand-written
+    table, inline math wrapped once, and a refused evaluation graded False here too."""
+    from hacrl.verify.equivalence import _as_latex, _equivalent_in_process, math_verify_equal
+
+    assert _as_latex("\\$5$") == "$5$" and _as_latex("x") == "$x$"
+    for pred, gold, expected in EQUIVALENCES[:12]:
+        assert _equivalent_in_process(pred, gold) is expected, (pred, gold)
+    with tripwire.armed():
+        assert math_verify_equal("\\frac{2}{4}", "0.5") is True
+        assert math_verify_equal("x+2", "1+x") is False
+        assert math_verify_equal("\\$3$", "3") is True  # the `$`s would split the math
+    assert _equivalent_in_process("x+1", "1+x", max_chars=2) is False  # too long for sympy
+    assert _equivalent_in_process("x+1", "1+x", max_chars=3) is True
+    assert _equivalent_in_process("__import__('os').getcwd()", "1") is False
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "max_chars", "verdict"),
+    [
+        (None, "1", 10, False), ("1", None, 10, False), (1, 1, 10, False),
+        ("", "", 10, False), (" $ $ ", "", 10, False), ("5", " ", 10, False),
+        ("5", "5", 10, True), ("4", "5", 10, False),
+        ("x+1", "1+x", 3, None),  # 3 characters: math-verify's
+        ("x+1", "1+x", 2, False), ("xx+1", "1+x", 3, False), ("x+1", "1+xx", 3, False),
+    ],
+)
+def test_cheap_verdict(pred: object, gold: object, max_chars: int, verdict: bool | None) -> None:
+    from hacrl.verify.equivalence import cheap_verdict
+
+    assert cheap_verdict(pred, gold, max_chars) is verdict
+
+
+def test_plain_numbers_are_read_between_dollars_only() -> None:
+    assert fast_equivalent("$-5$", "-05") is True  # `$` around a plain integer
+    assert fast_equivalent("$ 1,000 $", "1000.0") is True
+    assert fast_equivalent("5X", "5") is None  # not a plain number: math-verify decides
+    assert fast_equivalent("X5", "5") is None
+    assert equivalent("", "") is False and equivalent("\\boxed{}", "") is False

@@ -229,3 +229,96 @@ def test_waiting_parent_does_not_spin(monkeypatch: pytest.MonkeyPatch) -> None:
         # it slept until the result came (a spinning parent polls with no pause, thousands of
         # times in half a second)
         assert 1 <= len(pauses) <= 2 and all(p is not None and p > 0 for p in pauses), pauses[:5]
+
+
+# -- how a batch is decided: the Verifier's counters, de-duplication and bounds ---------------
+
+
+def test_each_item_is_decided_once_and_counted_by_how(monkeypatch: pytest.MonkeyPatch) -> None:
+    """no_answer / no_reference / fast_path / long / math_verify, counted per item; identical
+    (answer, reference) pairs go to the workers once; `max_answer_chars` is the longest answer
+    still graded by math-verify; the counters add up over batches."""
+    with Verifier(timeout_s=10.0, workers=1, max_answer_chars=7) as v:
+        sent: list[list[object]] = []
+        run = v.pool.run
+
+        def spy(tasks, timeout_s=None):  # the real pool, its input recorded
+            sent.append(list(tasks))
+            return run(tasks, timeout_s)
+
+        monkeypatch.setattr(v.pool, "run", spy)
+        grades = v.grade_many(
+            ["nothing", "\\boxed{}", "\\boxed{5}",  # no answer x2, no reference
+             "\\boxed{7}", "\\boxed{+07}", "\\boxed{0.50}",  # fast path x3
+             "\\boxed{x+1+0+0+0}", "\\boxed{x+1}",  # long (9 characters) x2
+             "\\boxed{x+1+0+0}", "\\boxed{x+1}",  # 7 characters: math-verify
+             "\\boxed{x+1}", "\\boxed{x+1}", "\\boxed{x+2}"],  # math-verify, a pair twice
+            ["1", "", "  ", "7", "7", "0.5", "1+x", "1+x+0+0+0", "1+x", "1+x+0+0", "1+x", "1+x",
+             "1+x"])
+        assert sent == [[("grade", ("x+1+0+0", "1+x")), ("grade", ("x+1", "1+x+0+0")),
+                         ("grade", ("x+1", "1+x")), ("grade", ("x+2", "1+x"))]]
+        assert grades == [
+            Grade(False, False, None), Grade(False, False, None),
+            Grade(False, False, "5", error="no reference answer"),
+            Grade(True, True, "7"), Grade(True, False, "+07"), Grade(True, False, "0.50"),
+            Grade(False, False, "x+1+0+0+0"), Grade(False, False, "x+1"),
+            Grade(True, False, "x+1+0+0"), Grade(True, False, "x+1"),
+            Grade(True, False, "x+1"), Grade(True, False, "x+1"), Grade(False, False, "x+2")]
+        assert v.stats == {"no_answer": 2, "no_reference": 1, "fast_path": 3, "long": 2,
+                           "math_verify": 5}
+        assert v.grade_many(["\\boxed{5}", "\\boxed{6}"], ["5", "5"]) == [
+            Grade(True, True, "5"), Grade(False, False, "6")]
+        assert v.stats["fast_path"] == 5 and v.stats["no_answer"] == 2
+        assert len(sent) == 1  # a batch settled in this process starts no grading at all
+
+
+def test_refused_and_failed_grades_are_counted_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's refusal (the tripwire) counts as unsafe, any other failure as an error, a
+    cut-off as a timeout; each scores 0 with its reason. The workers really run these: the
+    grading tasks are swapped for a tripwire probe, an unknown task and a sleep past the
+    deadline."""
+    with Verifier(timeout_s=1.0, workers=1) as v:
+        run = v.pool.run
+        swap = {"1": ("_probe_tripwire", ("__import__('os').getcwd()",)),
+                "2": ("_no_such_task", ()), "3": ("_sleep", (30,)), "4": ("_sleep", (0,))}
+        monkeypatch.setattr(v.pool, "run", lambda tasks, timeout_s=None: run(
+            [swap[gold] for _, (_, gold) in tasks], timeout_s))
+        grades = v.grade_many(["\\boxed{x}"] * 5, ["1", "2", "3", "4", "1"])
+    assert [(g.correct, g.timed_out) for g in grades] == [
+        (False, False), (False, False), (False, True), (True, False), (False, False)]
+    assert grades[0].error is not None and grades[0].error.startswith("unsafe evaluation")
+    assert grades[0] == grades[4]  # the same pair: graded once, both answers get its outcome
+    assert grades[1].error == "unknown task kind '_no_such_task'"
+    assert grades[2].error == "timeout" and grades[3].error is None
+    assert v.stats == {"math_verify": 5, "unsafe": 1, "errors": 1, "timeouts": 1}
+
+
+def test_settings_reach_the_pool_and_shared_verifiers_are_kept_per_setting() -> None:
+    """`Verifier`'s bounds are its pool's; the documented defaults (3 s, 2 workers, answers up
+    to 1000 characters for math-verify); `default_verifier` keeps one per setting."""
+    from hacrl.verify import _defaults, default_verifier
+
+    v = Verifier(timeout_s=0.5, workers=1, max_answer_chars=9)
+    assert (v.timeout_s, v.pool.timeout_s, v.pool.n_workers, v.max_answer_chars) == (0.5, 0.5, 1, 9)
+    d = Verifier()
+    assert (d.timeout_s, d.pool.n_workers, d.max_answer_chars) == (3.0, 2, 1000)
+    shared = default_verifier()
+    assert (shared.timeout_s, shared.pool.n_workers, shared.max_answer_chars) == (3.0, 2, 1000)
+    assert default_verifier(3, 2, 1000) is shared
+    other = default_verifier(2.0, 1, 50)
+    assert other is not shared and _defaults[(2.0, 1, 50)] is other
+    assert (other.timeout_s, other.pool.n_workers, other.max_answer_chars) == (2.0, 1, 50)
+
+
+def test_references_lose_their_box_and_dollars(verifier: Verifier) -> None:
+    """A reference kept boxed or in `$` grades like the bare one (exact match included); a
+    missing reference matches nothing, not even an empty or placeholder-like answer."""
+    golds = ["\\boxed{0.5}", "$\\boxed{7}$", "\\fbox{7}", "\\boxed{$7$}", " $7$ ", "\\boxed{x+1"]
+    preds = ["0.5", "7", "7", "7", "7", "\\boxed{x+1"]
+    grades = verifier.grade_many([f"The answer is {p}" for p in preds], golds)
+    assert [(g.correct, g.exact_match) for g in grades] == [(True, True)] * 6
+    none = verifier.grade_many(["\\boxed{XXXX}", "\\boxed{}", "\\boxed{None}"],
+                               [None] * 3)  # type: ignore[list-item]
+    assert [(g.correct, g.exact_match, g.error) for g in none] == [
+        (False, False, "no reference answer"), (False, False, None),
+        (False, False, "no reference answer")]

@@ -53,8 +53,9 @@ class Grade:
 
 
 def _reference(answer: str) -> str:
-    """The reference answer as a bare expression (datasets sometimes keep the box or `$`)."""
-    gold = answer.strip() if isinstance(answer, str) else ""
+    """The reference answer as a bare expression (datasets sometimes keep the box or `$`, in
+    either order: `$\\boxed{5}$`, `\\boxed{$5$}`); "" when there is none."""
+    gold = answer.strip().strip("$").strip() if isinstance(answer, str) else ""
     if gold.startswith(("\\boxed", "\\fbox")):
         gold = extract_boxed(gold) or gold
     return gold.strip().strip("$").strip()
@@ -66,32 +67,40 @@ class Verifier:
     `timeout_s` bounds the grading of each response (a runaway grade scores 0 and its worker is
     replaced); `workers` grading processes are started on first need; answers longer than
     `max_answer_chars` are judged by normalised exact match only. Counters of how items were
-    decided are in `stats` (fast_path, math_verify, long, no_answer, timeouts, unsafe, errors).
+    decided are in `stats` (fast_path, math_verify, long, no_answer, no_reference, timeouts,
+    unsafe, errors).
     """
 
     def __init__(self, timeout_s: float = 3.0, workers: int = 2,
                  max_answer_chars: int = MAX_ANSWER_CHARS) -> None:
-        self.timeout_s = float(timeout_s)
         self.max_answer_chars = int(max_answer_chars)
         self.pool = GradingPool(workers=workers, timeout_s=timeout_s)
         self.stats: Counter[str] = Counter()
         self._lock = threading.Lock()
 
+    @property
+    def timeout_s(self) -> float:
+        return self.pool.timeout_s
+
     def grade_many(self, responses: Sequence[str], answers: Sequence[str]) -> list[Grade]:
         """One `Grade` per response, against the answer at the same position."""
         if len(responses) != len(answers):
             raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
-        grades: list[Grade | None] = [None] * len(responses)
+        grades: dict[int, Grade] = {}
         tasks: list[Task] = []
         slot: dict[tuple[str, str], int] = {}  # identical (answer, reference) pairs: graded once
         waiting: list[tuple[int, int, str, bool]] = []  # (response, task, extracted, exact)
         counts: Counter[str] = Counter()
         for i, (response, answer) in enumerate(zip(responses, answers, strict=True)):
-            pred = extract_answer(response) if isinstance(response, str) else None
+            pred = extract_answer(response)  # None for a non-string
             gold = _reference(answer)
-            if pred is None:
+            if not pred:  # an empty box is no answer (it would match an empty reference)
                 counts["no_answer"] += 1
                 grades[i] = Grade(False, False, None)
+                continue
+            if not gold:  # a missing reference: nothing is correct against it
+                counts["no_reference"] += 1
+                grades[i] = Grade(False, False, pred, error="no reference answer")
                 continue
             exact = exact_match(pred, gold)
             fast = fast_equivalent(pred, gold)
@@ -119,7 +128,7 @@ class Verifier:
                 counts["unsafe" if o.error.startswith("unsafe") else "errors"] += 1
         with self._lock:
             self.stats.update(counts)
-        return [g if g is not None else Grade(False, False, None, error="lost") for g in grades]
+        return [grades[i] for i in range(len(responses))]
 
     def rewards(self, responses: Sequence[str], answers: Sequence[str]) -> list[float]:
         """1.0 per correct response, else 0.0 (the project's `Grader` signature)."""
@@ -162,6 +171,6 @@ def equivalent(pred: str, gold: str, max_chars: int = MAX_ANSWER_CHARS,
     settled = cheap_verdict(pred, gold, max_chars)
     if settled is not None:
         return settled
-    verifier = default_verifier(timeout_s, max_answer_chars=max_chars)
+    verifier = default_verifier(timeout_s)  # its pool only: max_chars was applied above
     (outcome,) = verifier.pool.run([("grade", (pred, gold))])
     return bool(outcome.value) and not outcome.timed_out and outcome.error is None

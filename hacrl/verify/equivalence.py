@@ -102,10 +102,13 @@ def math_verify_equal(pred: str, gold: str) -> bool:
 
 
 def cheap_verdict(pred: object, gold: object, max_chars: int) -> bool | None:
-    """The verdict when math-verify is not needed: non-strings are False, then the fast paths,
-    then answers longer than `max_chars` by normalised exact match; None: ask math-verify."""
+    """The verdict when math-verify is not needed: non-strings and empty answers are False,
+    then the fast paths, then answers longer than `max_chars` by normalised exact match;
+    None: ask math-verify."""
     if not isinstance(pred, str) or not isinstance(gold, str):
         return False
+    if not _plain(pred) or not _plain(gold):
+        return False  # no answer, or no reference: never a match (not even "" to "")
     fast = fast_equivalent(pred, gold)
     if fast is not None:
         return fast
