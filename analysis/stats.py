@@ -279,7 +279,9 @@ def _t_interval(est: float, se: float, df: float, level: float) -> tuple[float, 
 
 
 def _point(cell: Cell, name: str) -> float:
-    return float(_per_seed_avg(cell).mean()) if name == AVG else float(np.mean(cell[name]))
+    if name == AVG:
+        return float(_per_seed_avg(cell).mean())
+    return float(np.mean(np.asarray(cell[name], dtype=float)))  # float64, as the SE
 
 
 def _t_rows(cell: Cell, reps: dict[str, np.ndarray],
@@ -329,6 +331,8 @@ def mean_cell(cells: Sequence[Cell]) -> dict[str, np.ndarray]:
     """The problem-by-problem mean of aligned cells, e.g. of every agent of a claim: their
     mean difference is then one paired difference, resampled jointly (the agents answer the
     same problems, and their seeds are paired too)."""
+    if not cells:
+        raise ValueError("mean_cell needs at least one cell")
     for c in cells[1:]:
         check_pair(cells[0], c)
     return {name: np.mean([np.asarray(c[name], dtype=float) for c in cells], axis=0)
@@ -339,7 +343,10 @@ def mde(se: float, df: float = math.inf, *, alpha: float = 0.05, power: float = 
     """Minimum detectable effect of the two-sided level-`alpha` t test with standard error
     `se` and `df` degrees of freedom: the effect it finds with probability `power`.
     (z_{1-alpha/2} + z_{power}) * se for large df; for few df the noncentral t's exact value
-    (the t-quantile sum understates it: 5.65 SE, not 5.36, at 2 df)."""
+    (the t-quantile sum understates it: 5.65 SE, not 5.36, at 2 df). `power` must lie in
+    (alpha / 2, 1): a test finds any effect, even none, with probability alpha / 2 or more."""
+    if not alpha / 2 < power < 1:
+        raise ValueError(f"mde: power {power} must lie in (alpha / 2, 1) = ({alpha / 2:g}, 1)")
     if df > 1e4:
         return float((sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)) * se)
     crit = float(sps.t.ppf(1 - alpha / 2, df))

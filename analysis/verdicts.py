@@ -24,6 +24,7 @@ order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -125,7 +126,8 @@ def summarize(comparisons: Sequence[Comparison], unit: float = 100.0,
               for v in (SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE)}
     m = len(comparisons) - len(counts[NOT_TESTABLE])
     if m == 0:
-        return f"{NOT_TESTABLE} (runs missing)"
+        reasons = sorted({c.reason for c in counts[NOT_TESTABLE] if c.reason})
+        return f"{NOT_TESTABLE} ({'; '.join(reasons) or 'runs missing'})"
     parts: list[str] = []
     for verdict in (SUPPORTED, CONTRADICTED, INCONCLUSIVE):
         k = len(counts[verdict])
@@ -152,6 +154,6 @@ def _num(x: float | None, unit: float) -> str:
 
 
 def _p(p: float | None) -> str:
-    if p is None:
+    if p is None or math.isnan(p):  # NaN: no p-value (it is not < 0.001)
         return "-"
     return f"{p:.2g}" if p >= 0.001 else "<0.001"

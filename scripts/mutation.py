@@ -81,9 +81,11 @@ GROUPS: dict[str, Group] = {
                        "hacrl/verify/extract.py", "hacrl/verify/normalize.py"),
                       ("tests/test_verify.py", "tests/test_verify_pool.py", "tests/test_task.py")),
     "stats": Group(("analysis/stats.py",),
-                   ("tests/test_stats.py", "tests/test_claims.py", "tests/test_analysis.py")),
+                   ("tests/test_stats.py", "tests/test_stats_exact.py", "tests/test_verdicts.py",
+                    "tests/test_claims.py", "tests/test_analysis.py")),
     "verdicts": Group(("analysis/verdicts.py",),
-                      ("tests/test_claims.py", "tests/test_stats.py", "tests/test_analysis.py")),
+                      ("tests/test_verdicts.py", "tests/test_claims.py", "tests/test_stats.py",
+                       "tests/test_analysis.py")),
     "verl": Group(("hacrl/engines/verl/batch.py", "hacrl/engines/verl/worker_loss.py"),
                   ("tests/test_verl_engine.py",)),
 }

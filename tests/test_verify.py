@@ -43,6 +43,8 @@ from hacrl.verify.equivalence import fast_equivalent
         ("\\boxed{1} and later \\boxed 7.", "7."),
         ("\\boxed {x+1}", "x+1"),
         ("$\\boxed{ 85 }$", "85"),
+        ("\\boxed{\\boxed 5}", "5"),  # the space box starts later, inside the braced one
+        ("\\boxed 9 then \\boxed{1}", "1"),  # the later box wins, whatever its content
     ],
 )
 def test_extract_boxed(text: str, expected: str | None) -> None:
@@ -63,6 +65,16 @@ def test_extract_boxed(text: str, expected: str | None) -> None:
         ("The answer is", None),
         ("nothing to see", None),
         ("x \\boxed{1} then \\boxed{2", "1"),
+        # the phrase answer's clean-up: delimiters in pairs, `*`, `$` and trailing periods
+        ("The answer is X", "X"),
+        ("The answer is \\(5\\)", "5"),
+        ("The answer is \\[5\\]", "5"),
+        ("The answer is $\\(5\\)$", "5"),
+        ("The answer is $5", "5"),
+        ("The answer is \\(\\)", None),
+        ("The answer is 5.$", "5"),
+        ("The answer is 5. .", "5"),
+        ("The answer is 5\nmore\nlines", "5"),  # to the end of its line
     ],
 )
 def test_extract_answer(text: str, expected: str | None) -> None:
@@ -128,10 +140,41 @@ def test_extraction_never_raises_on_random_strings() -> None:
         ("3\\!000", "3000"),
         ("a\nb", "ab"),
         ("12.", "12"),
+        ("1\r\n2", "12"),
+        ("a\\\\b", "a\\b"),  # a doubled backslash is one
+        ("\\displaystyle\\frac{1}{2}", "\\frac{1}{2}"),
+        ("45\\circ", "45"),
+        ("$5$", "5"),
+        ("50%", "50"),
+        ("xy=5", "5"),  # a left side of 2 characters names the answer
+        ("abc=5", "abc=5"),  # 3 are part of it
+        ("x=", "x="),
+        ("1\t2", "12"),
+        ("1\\,000", "1000"),
+        ("1\\;2", "12"),
+        ("5..", "5"),
+        (".", "."),
+        ("\\frac{x}2", "\\frac{x}{2}"),
+        ("5 \\text{m} \\text{s}", "5"),  # units after units
     ],
 )
 def test_normalize_math_string(raw: str, normal: str) -> None:
     assert normalize_math_string(raw) == normal
+
+
+def test_normalize_and_exact_match_refuse_non_strings() -> None:
+    assert normalize_math_string(None) == ""  # type: ignore[arg-type]
+    assert exact_match("5", None) is False  # type: ignore[arg-type]
+    assert exact_match("5", 5) is False  # type: ignore[arg-type]
+    assert exact_match(5, "5") is False  # type: ignore[arg-type]
+
+
+def test_exact_match_normalises_up_to_max_chars() -> None:
+    from hacrl.verify.normalize import MAX_CHARS
+
+    padded = "5" + " " * (MAX_CHARS - 1)  # exactly MAX_CHARS: still normalised
+    assert exact_match(padded, "5") and exact_match("5", padded)
+    assert not exact_match(padded + " ", "5") and not exact_match("5", padded + " ")
 
 
 def test_normalize_is_bounded() -> None:

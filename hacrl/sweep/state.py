@@ -85,7 +85,11 @@ def _evaluated(tracker: Tracker, run_id: str, cell: Cell) -> bool:
     for p in cell.protocols:
         if tags.get(T.eval_tag(p, "key")) != cell.protocol_keys.get(p):
             return False
-        if not set(cell.benchmarks) <= set(json.loads(tags.get(T.eval_tag(p, "benchmarks"), "[]"))):
+        try:
+            logged = json.loads(tags.get(T.eval_tag(p, "benchmarks"), "[]"))
+        except ValueError:
+            return False  # a damaged tag: evaluate again rather than stop the sweep
+        if not isinstance(logged, list) or not set(cell.benchmarks) <= set(logged):
             return False  # e.g. only MATH-500 logged, for a sweep that reads them all
     return True
 
@@ -93,6 +97,8 @@ def _evaluated(tracker: Tracker, run_id: str, cell: Cell) -> bool:
 def artifacts_status(cell: Cell, tracker: Tracker) -> tuple[str, str]:
     """("done" | "trained" | "absent", MLflow run id(s)) from run directory and store alone."""
     if not cell.trains:
+        if not cell.model_paths:  # a damaged or partial manifest: nothing to find, not "done"
+            return "absent", ""
         ids = []
         for path in cell.model_paths.values():
             runs = tracker.model_evaluations(path, cell.scale, str(cell.zoo_seed))

@@ -126,7 +126,7 @@ def _ratio_stats(out: LossOutput) -> dict[str, float]:
 def loss_callable(loss_config: LossConfig) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
     """What the engine installs with `set_loss_fn`: verl calls it as
     fn(model_output=..., data=..., dp_group=...)."""
-    return functools.partial(hacrl_loss, config=None, loss_config=loss_config)
+    return functools.partial(hacrl_loss, loss_config=loss_config)  # config: None by default
 
 
 __all__ = ["DENOMINATORS", "RATIO_STATS", "ROWS", "SUMMED", "UPDATE_INDEX", "WEIGHTED", "hacrl_loss",
