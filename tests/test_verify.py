@@ -401,3 +401,52 @@ def test_plain_numbers_are_read_between_dollars_only() -> None:
     assert fast_equivalent("5X", "5") is None  # not a plain number: math-verify decides
     assert fast_equivalent("X5", "5") is None
     assert equivalent("", "") is False and equivalent("\\boxed{}", "") is False
+
+
+def test_math_verify_runs_without_signals_so_any_thread_can_grade() -> None:
+    """Our deadlines are the pool's: math-verify's own (signal.alarm, main thread only) are off
+    for parsing and for verifying, so a grade in another thread works."""
+    import threading
+
+    from hacrl.verify.equivalence import math_verify_equal
+
+    got: list[object] = []
+
+    def grade() -> None:
+        try:
+            with tripwire.armed():
+                got.append(math_verify_equal("\\frac{2}{4}", "0.5"))
+        except Exception as exc:  # noqa: BLE001 - the failure is the finding
+            got.append(exc)
+
+    thread = threading.Thread(target=grade)
+    thread.start()
+    thread.join()
+    assert got == [True]
+
+
+def test_a_failure_inside_math_verify_grades_false(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused evaluation or any library error is a wrong answer, not an exception."""
+    from hacrl.verify import equivalence
+
+    errors: list[Exception] = [UnsafeEvaluation("eval"), RuntimeError("sympy")]
+    for error in errors:
+        def fail(pred: str, gold: str, error: Exception = error) -> bool:
+            raise error
+
+        monkeypatch.setattr(equivalence, "math_verify_equal", fail)
+        assert equivalence._equivalent_in_process("x+1", "1+x") is False
+
+
+def test_decimals_with_thousands_separators_on_either_side() -> None:
+    assert fast_equivalent("1000.5", "1,000.5") is True
+    assert fast_equivalent("1,000.5", "1000.5") is True
+
+
+def test_public_equivalent_grades_in_the_default_shared_pool() -> None:
+    """`equivalent`'s default deadline is the shared verifier's (3 s): the pool it grades in is
+    `default_verifier()`'s."""
+    pool = default_verifier().pool
+    before = pool.stats["items"]
+    assert equivalent("x+1", "1+x") is True
+    assert pool.stats["items"] == before + 1

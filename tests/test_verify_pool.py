@@ -33,7 +33,7 @@ def test_grade_fields_and_rewards(verifier: Verifier) -> None:
     assert grades[3].correct and grades[3].score == 1.0
     assert verifier.rewards(["\\boxed{2}", "\\boxed{3}"], ["2", "2"]) == [1.0, 0.0]
     assert verifier.rewards([], []) == []
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^1 responses but 0 answers$"):
         verifier.grade_many(["a"], [])
 
 
@@ -248,13 +248,14 @@ def test_each_item_is_decided_once_and_counted_by_how(monkeypatch: pytest.Monkey
 
         monkeypatch.setattr(v.pool, "run", spy)
         grades = v.grade_many(
-            ["nothing", "\\boxed{}", "\\boxed{5}",  # no answer x2, no reference
+            ["nothing", "\\boxed{}", "\\boxed{5}",  # no answer x2, no reference x2
              "\\boxed{7}", "\\boxed{+07}", "\\boxed{0.50}",  # fast path x3
              "\\boxed{x+1+0+0+0}", "\\boxed{x+1}",  # long (9 characters) x2
              "\\boxed{x+1+0+0}", "\\boxed{x+1}",  # 7 characters: math-verify
-             "\\boxed{x+1}", "\\boxed{x+1}", "\\boxed{x+2}"],  # math-verify, a pair twice
-            ["1", "", "  ", "7", "7", "0.5", "1+x", "1+x+0+0+0", "1+x", "1+x+0+0", "1+x", "1+x",
-             "1+x"])
+             "\\boxed{x+1}", "\\boxed{x+1}", "\\boxed{x+2}",  # math-verify, a pair twice
+             "\\boxed{6}"],
+            ["1", "", "\\boxed{$ $}", "7", "7", "0.5", "1+x", "1+x+0+0+0", "1+x", "1+x+0+0", "1+x", "1+x",
+             "1+x", "  "])
         assert sent == [[("grade", ("x+1+0+0", "1+x")), ("grade", ("x+1", "1+x+0+0")),
                          ("grade", ("x+1", "1+x")), ("grade", ("x+2", "1+x"))]]
         assert grades == [
@@ -263,8 +264,9 @@ def test_each_item_is_decided_once_and_counted_by_how(monkeypatch: pytest.Monkey
             Grade(True, True, "7"), Grade(True, False, "+07"), Grade(True, False, "0.50"),
             Grade(False, False, "x+1+0+0+0"), Grade(False, False, "x+1"),
             Grade(True, False, "x+1+0+0"), Grade(True, False, "x+1"),
-            Grade(True, False, "x+1"), Grade(True, False, "x+1"), Grade(False, False, "x+2")]
-        assert v.stats == {"no_answer": 2, "no_reference": 1, "fast_path": 3, "long": 2,
+            Grade(True, False, "x+1"), Grade(True, False, "x+1"), Grade(False, False, "x+2"),
+            Grade(False, False, "6", error="no reference answer")]
+        assert v.stats == {"no_answer": 2, "no_reference": 2, "fast_path": 3, "long": 2,
                            "math_verify": 5}
         assert v.grade_many(["\\boxed{5}", "\\boxed{6}"], ["5", "5"]) == [
             Grade(True, True, "5"), Grade(False, False, "6")]
@@ -280,17 +282,19 @@ def test_refused_and_failed_grades_are_counted_apart(monkeypatch: pytest.MonkeyP
     with Verifier(timeout_s=1.0, workers=1) as v:
         run = v.pool.run
         swap = {"1": ("_probe_tripwire", ("__import__('os').getcwd()",)),
-                "2": ("_no_such_task", ()), "3": ("_sleep", (30,)), "4": ("_sleep", (0,))}
+                "2": ("_no_such_task", ()), "3": ("_sleep", (30,)), "4": ("_sleep", (0,)),
+                "5": ("_probe_tripwire", ("open('x')",)), "6": ("_other_task", ())}
         monkeypatch.setattr(v.pool, "run", lambda tasks, timeout_s=None: run(
             [swap[gold] for _, (_, gold) in tasks], timeout_s))
-        grades = v.grade_many(["\\boxed{x}"] * 5, ["1", "2", "3", "4", "1"])
+        grades = v.grade_many(["\\boxed{x}"] * 7, ["1", "2", "3", "4", "1", "5", "6"])
     assert [(g.correct, g.timed_out) for g in grades] == [
-        (False, False), (False, False), (False, True), (True, False), (False, False)]
+        (False, False), (False, False), (False, True), (True, False), (False, False),
+        (False, False), (False, False)]
     assert grades[0].error is not None and grades[0].error.startswith("unsafe evaluation")
     assert grades[0] == grades[4]  # the same pair: graded once, both answers get its outcome
     assert grades[1].error == "unknown task kind '_no_such_task'"
     assert grades[2].error == "timeout" and grades[3].error is None
-    assert v.stats == {"math_verify": 5, "unsafe": 1, "errors": 1, "timeouts": 1}
+    assert v.stats == {"math_verify": 7, "unsafe": 2, "errors": 2, "timeouts": 1}
 
 
 def test_settings_reach_the_pool_and_shared_verifiers_are_kept_per_setting() -> None:
@@ -313,10 +317,11 @@ def test_settings_reach_the_pool_and_shared_verifiers_are_kept_per_setting() -> 
 def test_references_lose_their_box_and_dollars(verifier: Verifier) -> None:
     """A reference kept boxed or in `$` grades like the bare one (exact match included); a
     missing reference matches nothing, not even an empty or placeholder-like answer."""
-    golds = ["\\boxed{0.5}", "$\\boxed{7}$", "\\fbox{7}", "\\boxed{$7$}", " $7$ ", "\\boxed{x+1"]
-    preds = ["0.5", "7", "7", "7", "7", "\\boxed{x+1"]
+    golds = ["\\boxed{0.5}", "$\\boxed{7}$", "\\fbox{7}", "\\boxed{$7$}", " $7$ ", "\\boxed{x+1",
+             "$X$"]
+    preds = ["0.5", "7", "7", "7", "7", "\\boxed{x+1", "X"]
     grades = verifier.grade_many([f"The answer is {p}" for p in preds], golds)
-    assert [(g.correct, g.exact_match) for g in grades] == [(True, True)] * 6
+    assert [(g.correct, g.exact_match) for g in grades] == [(True, True)] * 7
     none = verifier.grade_many(["\\boxed{XXXX}", "\\boxed{}", "\\boxed{None}"],
                                [None] * 3)  # type: ignore[list-item]
     assert [(g.correct, g.exact_match, g.error) for g in none] == [
