@@ -429,9 +429,9 @@ def test_a_failure_inside_math_verify_grades_false(monkeypatch: pytest.MonkeyPat
     """A refused evaluation or any library error is a wrong answer, not an exception."""
     from hacrl.verify import equivalence
 
-    errors: list[Exception] = [UnsafeEvaluation("eval"), RuntimeError("sympy")]
+    errors: list[BaseException] = [UnsafeEvaluation("eval"), RuntimeError("sympy")]
     for error in errors:
-        def fail(pred: str, gold: str, error: Exception = error) -> bool:
+        def fail(pred: str, gold: str, error: BaseException = error) -> bool:
             raise error
 
         monkeypatch.setattr(equivalence, "math_verify_equal", fail)
