@@ -115,11 +115,11 @@ def artifacts_status(cell: Cell, tracker: Tracker) -> tuple[str, str]:
     job = runs[0].info.run_id
     if cell.cost:
         return "done", job
-    children = tracker.find_runs(T.where({T.PARENT: job}))
-    if len(children) >= len(cell.agents) and all(_evaluated(tracker, ch.info.run_id, cell)
-                                                  for ch in children):
-        return "done", job
-    return "trained", job
+    # each agent needs an evaluated run of its own: two runs of one agent do not stand in for
+    # another, and a leftover run of an attempt that died before evaluating does not block
+    evaluated = {ch.data.tags.get(T.MODEL) for ch in tracker.find_runs(T.where({T.PARENT: job}))
+                 if _evaluated(tracker, ch.info.run_id, cell)}
+    return ("done" if set(cell.agents) <= evaluated else "trained"), job
 
 
 def cell_status(cell: Cell, sweep_dir: Path, tracker: Tracker) -> dict[str, Any]:
