@@ -450,3 +450,14 @@ def test_public_equivalent_grades_in_the_default_shared_pool() -> None:
     before = pool.stats["items"]
     assert equivalent("x+1", "1+x") is True
     assert pool.stats["items"] == before + 1
+
+
+def test_answers_are_read_as_latex_never_as_python() -> None:
+    """math-verify's expression parser (Python syntax, sympy's eval) is off for both sides:
+    `2**3` is not LaTeX, so it equals nothing, not the 2 a Python reading of it gives."""
+    from hacrl.verify.equivalence import math_verify_equal
+
+    with tripwire.armed():
+        assert math_verify_equal("2**3", "2") is False
+        assert math_verify_equal("2", "2**3") is False
+        assert math_verify_equal("2^3", "8") is True
