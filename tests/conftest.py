@@ -189,12 +189,26 @@ def tokenizers(micro_zoo: Path) -> dict[str, object]:
 
 @pytest.fixture(scope="session")
 def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An MLflow sqlite store with its schema created once (creating one costs seconds)."""
+    """An MLflow sqlite store with its schema created once (creating one costs seconds). Under
+    scripts/mutation.py (MICRO_ZOO_CACHE set) once for every pytest process, per MLflow version:
+    the tests only copy it."""
+    import mlflow
+
     from hacrl.tracking import Tracker
 
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    Tracker(f"sqlite:///{path}", "hacrl-tiny")
-    return path
+    cache = os.environ.get(MICRO_ZOO_CACHE)
+    if not cache:
+        path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+        Tracker(f"sqlite:///{path}", "hacrl-tiny")
+        return path
+    kept = Path(cache) / f"mlflow-template-{mlflow.__version__}.db"
+    if not kept.is_file():  # made aside and renamed: a reader never sees half a store
+        fresh = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+        Tracker(f"sqlite:///{fresh}", "hacrl-tiny")
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(fresh, kept.with_suffix(f".{os.getpid()}.tmp"))
+        os.replace(kept.with_suffix(f".{os.getpid()}.tmp"), kept)
+    return kept
 
 
 @pytest.fixture
