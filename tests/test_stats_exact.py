@@ -826,11 +826,13 @@ def test_mde_refuses_a_power_no_test_can_miss_with() -> None:
             st.mde(1.0, df, power=0.02)
         with pytest.raises(ValueError, match="power 1.0 must lie"):
             st.mde(1.0, df, power=1.0)
+        with pytest.raises(ValueError, match="power 0.025 must lie"):
+            st.mde(1.0, df, power=0.025)  # exactly alpha / 2: still no test
     assert st.mde(1.0, math.inf, power=0.026) > 0
 
 
 def test_mean_cell_of_no_cells_is_one_clear_error() -> None:
-    with pytest.raises(ValueError, match="mean_cell needs at least one cell"):
+    with pytest.raises(ValueError, match="^mean_cell needs at least one cell$"):
         st.mean_cell([])
 
 
