@@ -233,20 +233,20 @@ def test_not_alive_on_this_host_when_the_pid_now_belongs_to_another_process(here
     assert alive({"host": here, "pid": os.getpid(), "pid_token": "someone-else:1"}) is False
 
 
-def test_not_alive_on_this_host_when_the_process_ended(here: str) -> None:
+def test_not_alive_on_this_host_when_the_process_ended(here: str, clock: None) -> None:
     pid = _dead_pid()
     assert alive({"host": here, "pid": pid}) is False
-    assert alive({"host": here, "pid": pid, "heartbeat": time.time()}) is False  # beat unused
+    assert alive({"host": here, "pid": pid, "heartbeat": NOW}) is False  # a fresh beat unused
 
 
 @pytest.mark.parametrize("pid", [None, 0, "", "abc", [1], {"p": 1}, -1])
-def test_not_alive_on_this_host_without_a_usable_pid(here: str, pid: object) -> None:
+def test_not_alive_on_this_host_without_a_usable_pid(here: str, pid: object, clock: None) -> None:
     """No pid, pid 0 (never 1, init, which always runs), or one that is not a number."""
-    assert alive({"host": here, "pid": pid, "heartbeat": time.time()}) is False
+    assert alive({"host": here, "pid": pid, "heartbeat": NOW}) is False
 
 
-def test_not_alive_on_this_host_without_a_pid_key(here: str) -> None:
-    assert alive({"host": here, "started": time.time()}) is False
+def test_not_alive_on_this_host_without_a_pid_key(here: str, clock: None) -> None:
+    assert alive({"host": here, "started": NOW}) is False
 
 
 def test_this_hosts_pid_check_applies_only_to_this_host(here: str, clock: None) -> None:
@@ -499,25 +499,18 @@ def test_training_cell_with_every_agent_evaluated_is_done(tracker: Tracker, tmp_
     assert artifacts_status(cell, tracker) == ("done", job)
 
 
-def test_training_cell_with_an_agent_run_missing_a_benchmark_is_trained(
-        tracker: Tracker, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("lacking", "evaluation"), [
+    ("b", {"benchmarks": ["b1"]}),          # an agent run missing a benchmark
+    ("a", {"keys": {"main": "k-old"}}),     # one evaluated under another protocol key
+])
+def test_training_cell_with_an_agent_run_not_fully_evaluated_is_trained(
+        tracker: Tracker, tmp_path: Path, lacking: str, evaluation: dict[str, Any]) -> None:
     run_dir = tmp_path / "runs" / "c0ffee12-hacpo"
     cell = _train_cell(run_dir)
     _teams_done(run_dir, True, True)
     job = _job(tracker, cell.id)
-    _child(tracker, job, cell.id, "a")
-    _child(tracker, job, cell.id, "b", benchmarks=["b1"])
-    assert artifacts_status(cell, tracker) == ("trained", job)
-
-
-def test_training_cell_with_an_agent_run_of_another_protocol_key_is_trained(
-        tracker: Tracker, tmp_path: Path) -> None:
-    run_dir = tmp_path / "runs" / "c0ffee12-hacpo"
-    cell = _train_cell(run_dir)
-    _teams_done(run_dir, True, True)
-    job = _job(tracker, cell.id)
-    _child(tracker, job, cell.id, "a", keys={"main": "k-old"})
-    _child(tracker, job, cell.id, "b")
+    for agent in ("a", "b"):
+        _child(tracker, job, cell.id, agent, **(evaluation if agent == lacking else {}))
     assert artifacts_status(cell, tracker) == ("trained", job)
 
 
