@@ -175,6 +175,9 @@ PROGRESS = re.compile(r"(\d+)/(\d+)\s+🎉 (\d+) 🫥 (\d+)\s+⏰ (\d+)\s+🤔 (
 def run_group(name: str, group: Group, jobs: int, names: list[str]) -> int:
     """mutmut over one group, its progress as one line every 15 s."""
     work = prepare(name, group)
+    # what these results are measured on: --record refuses them once the sources changed
+    (work / "measured.json").write_text(json.dumps({"sources": sources_digest(name),
+                                                    "commit": _commit()}))
     env = dict(os.environ, PYTHONPATH=f"{work / 'mutants'}:{work / 'boot'}" + (
         f":{os.environ['PYTHONPATH']}" if os.environ.get("PYTHONPATH") else ""),
         OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MLFLOW_DISABLE_TELEMETRY="true",
@@ -299,6 +302,15 @@ def _row(label: str, t: Tally) -> str:
             f"| {c['survived']} | {c['no tests']} | {c['unchecked']} | {rate} |")
 
 
+def sources_digest(name: str) -> str:
+    """The group's modules and test files as they are now."""
+    group, h = GROUPS[name], hashlib.sha256()
+    for path in (*group.modules, *group.tests):
+        h.update(path.encode() + b"\0")
+        h.update((ROOT / path).read_bytes() if (ROOT / path).is_file() else b"<missing>")
+    return h.hexdigest()[:16]
+
+
 def digest(name: str, equivalent: dict[str, dict[str, str]]) -> str:
     """What a group's results depend on: its modules, its test files and its modules'
     equivalent entries (a change to any of them can change a mutant's fate)."""
@@ -311,6 +323,15 @@ def digest(name: str, equivalent: dict[str, dict[str, str]]) -> str:
     for key in sorted(k for k in equivalent if k.startswith(dotted)):
         h.update(json.dumps([key, equivalent[key]["line"]]).encode())
     return h.hexdigest()[:16]
+
+
+def _measured(work: Path) -> dict[str, str]:
+    """The sources digest and commit a group's run started from ({}: unknown)."""
+    try:
+        data = json.loads((work / "measured.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def load_record() -> dict[str, dict]:
@@ -371,9 +392,13 @@ def report(groups: list[str], goal: float, diffs: bool, markdown: Path | None,
         everything.add(whole)
         complete = not from_record and all(t is not None and not t.counts["unchecked"]
                                            for t in live.values())
-        if record and complete:
+        measured = _measured(work)
+        if record and complete and measured.get("sources") != sources_digest(name):
+            notes.append(f"{name}: not recorded: its modules or tests changed since they were "
+                         f"checked (python scripts/mutation.py {name})")
+        elif record and complete:
             recorded[name] = {
-                "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
+                "commit": measured.get("commit", _commit()), "date": time.strftime("%Y-%m-%d"),
                 "digest": digest(name, equivalent),
                 "modules": {m: {"counts": dict(t.counts), "survivors": t.survivors}
                             for m, t in live.items() if t is not None}}
