@@ -9,7 +9,9 @@ Order at every step t: `StepDone(t)`, then `ValidationDue(t)` when due, then
 `CheckpointDue(t)` when due (the step's metrics are in before anything can fail after them).
 `ValidationDue(0)` comes first on a fresh start, then `TrainingStarts` (the step it starts
 after); `Finished` after the last step; `Failed`
-when a step or a listener raised (the error is then raised on).
+when a step or a listener raised (the error is then raised on). When `stop()` turns true (a
+SLURM job told to make way: `hacrl.job.requeue`), the steps end after the step in progress and
+its events: a `CheckpointDue` there if none was due, then `Stopped`, and no `Finished`.
 """
 
 from __future__ import annotations
@@ -49,12 +51,17 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class Stopped:
+    step: int  # the last step done, checkpointed: the next run resumes after it
+
+
+@dataclass(frozen=True)
 class Failed:
     step: int  # the step being worked on
     error: BaseException
 
 
-Event = TrainingStarts | StepDone | ValidationDue | CheckpointDue | Finished | Failed
+Event = TrainingStarts | StepDone | ValidationDue | CheckpointDue | Finished | Stopped | Failed
 
 
 class Listener(Protocol):
@@ -78,8 +85,9 @@ class Schedule:
 
 
 def run_steps(step_fn: Callable[[int], StepResult], start: int, schedule: Schedule,
-              listeners: Sequence[Listener]) -> None:
-    """Steps `start + 1 .. schedule.steps` of `step_fn` (a `TeamLoop.step`), with events."""
+              listeners: Sequence[Listener], stop: Callable[[], bool] | None = None) -> int:
+    """Steps `start + 1 .. schedule.steps` of `step_fn` (a `TeamLoop.step`), with events;
+    returns the last step done (`schedule.steps` unless `stop` ended them early)."""
 
     def emit(event: Event) -> None:
         for listener in listeners:
@@ -94,9 +102,16 @@ def run_steps(step_fn: Callable[[int], StepResult], start: int, schedule: Schedu
             emit(StepDone(step, step_fn(step)))
             if schedule.validation_due(step):
                 emit(ValidationDue(step))
-            if schedule.checkpoint_due(step):
+            due = schedule.checkpoint_due(step)
+            if due:
                 emit(CheckpointDue(step, final=step == schedule.steps))
+            if stop is not None and step < schedule.steps and stop():
+                if not due:
+                    emit(CheckpointDue(step, final=False))
+                emit(Stopped(step))
+                return step
     except BaseException as err:
         emit(Failed(step, err))
         raise
     emit(Finished(schedule.steps))
+    return schedule.steps

@@ -207,6 +207,12 @@ class Tracker:
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status=status)
 
+    def reopen(self, run_id: str) -> None:
+        """A finished run RUNNING again, owned by this process (the reaper's tags)."""
+        self.client.update_run(run_id, status="RUNNING")
+        self.set_tags(run_id, {T.PID: str(os.getpid()), T.HOST: socket.gethostname(),
+                               T.PID_TOKEN: process_token(os.getpid()) or ""})
+
     def copy_history(self, source_run: str, target_run: str, up_to_step: int) -> None:
         """Carry a killed run's curves (steps <= up_to_step) into the run that resumes it."""
         keys = self.client.get_run(source_run).data.metrics.keys()

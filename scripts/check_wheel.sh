@@ -14,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
 . "$work/venv/bin/activate"
 python -m pip install -q --upgrade pip
 python -m pip wheel -q --no-deps "$repo" -w "$work/dist"
-python -m pip install -q torch==2.13.0
+python -m pip install -q torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu  # as the README
 python -m pip install -q "$work"/dist/hacrl-*.whl
 cd "$work"  # nothing of the clone is importable from here
 python - <<'PY'

@@ -42,10 +42,14 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser from PyPI (the [mutation] extra)
+    import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"

@@ -226,8 +226,17 @@ def test_mutation_table_is_kept_and_marked_stale_when_its_inputs_change(
     assert "g: not recorded (not checked in full)" in capsys.readouterr().out
     assert json.loads((tmp_path / "record.json").read_text()) == {}
     meta.write_text(json.dumps({"exit_code_by_key": codes}))
+    # checked in full, but the module changed after the run started: not kept either
+    measured = tmp_path / ".mutation" / "g" / "measured.json"
+    measured.write_text(json.dumps({"sources": mutation.sources_digest("g"), "commit": "abc1234"}))
+    (tmp_path / "pkg" / "m.py").write_text("def f(x):\n    return x + 2\n")
+    assert mutation.report(["g"], 0.9, False, None, record=True) == 0
+    assert "g: not recorded: its modules or tests changed since" in capsys.readouterr().out
+    assert json.loads((tmp_path / "record.json").read_text()) == {}
+    (tmp_path / "pkg" / "m.py").write_text("def f(x):\n    return x + 1\n")
     assert mutation.report(["g"], 0.9, False, None, record=True) == 0
     kept = json.loads((tmp_path / "record.json").read_text())["g"]
+    assert kept["commit"] == "abc1234"  # the commit the run started from
     assert kept["modules"]["pkg/m.py"] == {
         "counts": {"mutants": 10, "killed": 9, "survived": 1},
         "survivors": ["pkg.m.x_f__mutmut_10"]}

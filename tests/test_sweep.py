@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections import Counter
@@ -373,3 +374,60 @@ def test_a_cell_overridden_like_hydra_hashes_like_hydra() -> None:
         in_memory = with_values(compose(["pair=size", "method=hacpo"]), extra)
         assert config_hash(in_memory) == config_hash(hydra_made), extra
     assert isinstance(with_values(compose([]), ["train.lr=1e-4"]).train.lr, float)
+
+
+# -- a request SLURM cannot hold: refused before anything is queued -----------------------------
+
+NODES = [{"cpus": 2.0, "mem_gb": 7.8125, "gpus": 0.0}, {"cpus": 4.0, "mem_gb": 16.0, "gpus": 2.0}]
+
+
+@pytest.mark.parametrize(("launcher", "reason"), [
+    ({"cpus_per_task": 4, "mem_gb": 16, "gpus_per_node": 2, "nodes": 2}, None),  # the big node
+    ({"cpus_per_task": 2, "tasks_per_node": 2, "mem_gb": 3}, None),  # 4 CPUs in all: fits
+    ({"cpus_per_task": 64}, "hydra.launcher.cpus_per_task=64: more than SLURM can give (the job "
+     "would pend forever): its largest node has 4 CPUs; set hydra.launcher.cpus_per_task (or "
+     "HACRL_SLURM_CPUS) to at most 4"),
+    ({"cpus_per_task": 3, "tasks_per_node": 2}, "hydra.launcher.cpus_per_task=3: more than SLURM "
+     "can give (the job would pend forever): its largest node has 4 CPUs"),
+    ({"mem_gb": 512}, "hydra.launcher.mem_gb=512: more than SLURM can give (the job would pend "
+     "forever): its largest node has 16 GB; set hydra.launcher.mem_gb (or HACRL_SLURM_MEM_GB) to "
+     "at most 16"),
+    ({"gpus_per_node": 8}, "hydra.launcher.gpus_per_node=8: more than SLURM can give (the job "
+     "would pend forever): its largest node has 2 GPUs; set hydra.launcher.gpus_per_node (or "
+     "HACRL_SLURM_GPUS) to at most 2"),
+    ({"gpus_per_node": None, "mem_gb": None, "cpus_per_task": None}, None),  # nothing asked
+    ({"nodes": 3}, "hydra.launcher.nodes=3: more than SLURM can give (the job would pend "
+     "forever): the partition has 2 nodes; set hydra.launcher.nodes to at most 2"),
+])
+def test_a_request_no_node_can_hold_names_the_setting(launcher: dict,
+                                                      reason: str | None) -> None:
+    from hacrl.sweep.slurm import misfit
+
+    got = misfit(launcher, NODES)
+    assert (got is None) if reason is None else (got is not None and got.startswith(reason)), got
+
+
+def test_memory_is_offered_rounded_down_to_a_tenth_of_a_gb() -> None:
+    from hacrl.sweep.slurm import misfit
+
+    assert misfit({"mem_gb": 7.8}, NODES[:1]) is None
+    got = misfit({"mem_gb": 7.9}, NODES[:1])
+    assert got is not None and "its largest node has 7.8 GB" in got and got.endswith("at most 7.8")
+
+
+def test_partition_nodes_reads_sinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hacrl.sweep.slurm import partition_nodes
+
+    sinfo = tmp_path / "sinfo"
+    sinfo.write_text("#!/bin/sh\ncat <<'OUT'\n"
+                     "n1|local*|2|8000|(null)\nn2|local*|2|8000|(null)\n"
+                     "g1|gpu|64|515000+|gpu:a100:8(S:0-1)\ng1|big|64|515000|gpu:4,gpu:h100:4\n"
+                     "bad line\nn3|local*|x|8000|(null)\nOUT\n")
+    sinfo.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert partition_nodes(None) == [{"cpus": 2.0, "mem_gb": 8000 / 1024, "gpus": 0.0}] * 2
+    assert partition_nodes("gpu") == [{"cpus": 64.0, "mem_gb": 515000 / 1024, "gpus": 8.0}]
+    assert partition_nodes("big") == [{"cpus": 64.0, "mem_gb": 515000 / 1024, "gpus": 8.0}]
+    assert partition_nodes("nope") is None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert partition_nodes(None) is None  # no sinfo: sbatch decides

@@ -674,6 +674,74 @@ def test_a_damaged_state_file_is_pending(tracker: Tracker, tmp_path: Path,
     assert "is not a hacrl state file" in capsys.readouterr().err
 
 
+# -- a cell SLURM requeued: squeue decides ------------------------------------------------------
+
+
+@pytest.fixture
+def squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, int, str], Path]:
+    """A `squeue` first on PATH that prints `out` (and `err` on stderr) and exits `code`; it
+    records its arguments in `<tmp>/squeue.args`."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+    def make(out: str, code: int = 0, err: str = "") -> Path:
+        script = folder / "squeue"
+        script.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'squeue.args'}\n"
+                          f"printf '%s' '{out}'\nprintf '%s' '{err}' >&2\nexit {code}\n")
+        script.chmod(0o755)
+        return tmp_path / "squeue.args"
+
+    return make
+
+
+@pytest.mark.parametrize(("out", "code", "err", "queued"), [
+    ("PENDING\n", 0, "", True),
+    ("RUNNING\n", 0, "", True),
+    ("REQUEUED\n", 0, "", True),
+    ("COMPLETED\nCANCELLED\n", 0, "", False),  # every listed state is final: gone
+    ("COMPLETED\nPENDING\n", 0, "", True),     # an array: one task still waits
+    ("", 0, "", False),                        # squeue lists nothing: gone
+    ("", 1, "slurm_load_jobs error: Invalid job id specified", False),
+    ("", 1, "slurm_load_jobs error: Unable to contact slurm controller", None),
+])
+def test_slurm_queued_asks_squeue_about_the_job(squeue: Callable[..., Path], out: str, code: int,
+                                                err: str, queued: bool | None) -> None:
+    args = squeue(out, code, err)
+    assert state.slurm_queued("46_1") is queued
+    assert args.read_text().split() == ["-h", "-j", "46_1", "-o", "%T"]
+
+
+def test_slurm_queued_without_a_job_or_without_squeue(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    assert state.slurm_queued("") is False  # no job to wait for
+    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue here: cannot tell
+    assert state.slurm_queued("46") is None
+
+
+@pytest.mark.parametrize(("out", "code", "err", "status"), [
+    ("PENDING\n", 0, "", "running"),       # waits in the queue to resume
+    ("", 1, "Invalid job id specified", "killed"),  # SLURM forgot it: it will not come back
+    ("", 1, "Unable to contact slurm controller", "running"),  # cannot tell: trust the file
+])
+def test_a_requeued_cell_runs_while_slurm_holds_its_job(
+        tracker: Tracker, tmp_path: Path, squeue: Callable[..., Path], out: str, code: int,
+        err: str, status: str) -> None:
+    sweep = tmp_path / "sweep"
+    cell = _train_cell(tmp_path / "runs" / "x")
+    squeue(out, code, err)
+    _write_state(sweep, cell.id, {"status": "requeued", "slurm_job": "46_1", "host": ELSEWHERE,
+                                  "pid": 1, "phase": "training", "step": 7, "steps": 20,
+                                  "started": 1000.5, "log": "/l/c.log"})
+    row = cell_status(cell, sweep, tracker)
+    expected = _base_row(cell, log="/l/c.log", status=status, error="")
+    if status == "running":
+        expected.update(phase="requeued", step=7, steps=20, started=1000.5)
+    assert row == expected
+    if status == "running":
+        assert phase_text(row) == "requeued after step 7"
+
+
 # -- phase_text and progress_text ----------------------------------------------------------------
 
 
@@ -688,6 +756,9 @@ def test_a_damaged_state_file_is_pending(tracker: Tracker, tmp_path: Path,
     ({"phase": ""}, "starting"),
     ({"phase": None}, "starting"),
     ({}, "starting"),
+    ({"phase": "requeued", "step": 7, "steps": 20}, "requeued after step 7"),
+    ({"phase": "requeued", "step": 0}, "requeued"),
+    ({"phase": "requeued"}, "requeued"),
 ])
 def test_phase_text(fields: dict[str, Any], text: str) -> None:
     assert phase_text(fields) == text

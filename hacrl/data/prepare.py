@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +154,7 @@ def prepare_source(source: Source, root: Path, instruction: str,
         "rows": len(rows),
         "sha256": sha,
         "instruction": source.instruction,
-        "prepared_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "identity": source.identity(instruction),
     }
     write_atomic(meta_path(root, source.name), [json.dumps(meta, indent=2) + "\n"])

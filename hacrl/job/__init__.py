@@ -15,6 +15,8 @@ job is skipped unless `force=true`.
     finishing.py  final evaluation, DONE.json, repairing a job killed while finishing, and the
                   paths that train nothing (method=base, a finished job asked for again)
     lock.py       one trainer per job; SIGTERM as KILLED
+    requeue.py    a SLURM job told to make way (USR2): stop at a step's end, requeue, resume
+                  into the same runs
 """
 
 from hacrl.job.agents import agent_engine, before_job, engine_context, job_dir, loop_settings

@@ -21,6 +21,7 @@ from hacrl.config import AgentSpec, JobSpec
 from hacrl.errors import check_writable
 from hacrl.eta import log_line
 from hacrl.events import Listener, Schedule, run_steps
+from hacrl.job import requeue
 from hacrl.job.agents import agent_engine, before_job, job_dir, loop_settings, release_memory
 from hacrl.job.finishing import (
     PHASES,
@@ -53,6 +54,7 @@ from hacrl.job.runs import (
     finished_job_run,
     log_scores,
     previous_job_run,
+    reopen_requeued,
     start_runs,
     system_metrics,
 )
@@ -60,6 +62,7 @@ from hacrl.layout import RunDir, TeamDir
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.mlflow_store import resolve_uri
 from hacrl.schema import metric_names as M
+from hacrl.schema import tags as T
 from hacrl.tasks import grader, load_problems, validation_problems
 from hacrl.telemetry import peak_memory_metrics
 from hacrl.tracking import Tracker
@@ -110,11 +113,16 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
         shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
     layout.config.write_text(OmegaConf.to_yaml(c))
-    job_run, agent_runs = start_runs(spec, tracker, directory)
-    tracker.log_artifact(job_run, layout.config)
-    layout.checkpoint_location.write_text(f"{directory}\n")
-    tracker.log_artifact(job_run, layout.checkpoint_location)
-    previous = previous_job_run(tracker, spec, job_run)
+    if (reopened := reopen_requeued(spec, tracker)) is not None:
+        # back from a SLURM requeue: the same runs carry on from the checkpoint they stopped at
+        job_run, agent_runs = reopened
+        previous = None
+    else:
+        job_run, agent_runs = start_runs(spec, tracker, directory)
+        tracker.log_artifact(job_run, layout.config)
+        layout.checkpoint_location.write_text(f"{directory}\n")
+        tracker.log_artifact(job_run, layout.checkpoint_location)
+        previous = previous_job_run(tracker, spec, job_run)
 
     handler_before = signal.signal(signal.SIGTERM, on_sigterm)
     status = "FAILED"
@@ -145,6 +153,10 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
         status = "FINISHED"
     except (KeyboardInterrupt, Terminated):
         status = "KILLED"
+        raise
+    except requeue.Requeued:
+        status = "KILLED"  # for now: the requeued job reopens these runs
+        tracker.set_tags(job_run, {T.REQUEUED: "1"})
         raise
     finally:
         if monitor is not None:
@@ -196,10 +208,15 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
     if report is not None:
         team_name = f"team {team_dir.path.name}: " if len(spec.teams) > 1 else ""
         listeners.append(JobLog([a.name for a in agents], steps, validation, report, team_name))
-    run_steps(loop.step, start, Schedule(steps, val_every, int(c.train.save_every)),
-              # last, after every event: a SIGTERM whose exception was swallowed ends it here
-              [*listeners, Checkpointing(team_dir, agents, loop),
-               lambda event: raise_if_terminated()])
+    with requeue.steps_stop_at_their_end():
+        last = run_steps(loop.step, start, Schedule(steps, val_every, int(c.train.save_every)),
+                         # last, after every event: a SIGTERM whose exception was swallowed
+                         # ends it here
+                         [*listeners, Checkpointing(team_dir, agents, loop),
+                          lambda event: raise_if_terminated()],
+                         stop=requeue.requested)
+    if last < steps or requeue.requested():  # a SLURM requeue: checkpointed at `last`
+        raise requeue.Requeued(last)
     validation_s = validation.seconds
     # (validation before the first step is subtracted too, as it always was: Table 7's train_s)
     train_s = time.perf_counter() - metrics.started - validation_s

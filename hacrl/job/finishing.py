@@ -49,14 +49,15 @@ def mark_done(team: TeamDir, record: dict[str, Any]) -> None:
 
 def evaluate_final(spec: JobSpec, tracker: Tracker, team: TeamDir, fallback: dict[str, str],
                    agent_runs: dict[str, str]) -> dict[str, dict[str, float]]:
-    """Each agent's final checkpoint (or its base model when none was written) into its run."""
+    """Each agent's final checkpoint (or its base model when none was written) into its run;
+    protocols the run holds already are kept (a job requeued by SLURM while it evaluated)."""
     steps = int(spec.cfg.train.steps)
     final: dict[str, dict[str, float]] = {}
     for name, base in fallback.items():
         weights = checkpoint.agent_weights(checkpoint.step_dir(team.ckpt, steps), name)
         model = str(weights) if (weights / "config.json").is_file() else base
         final[name] = {k: v for r in evaluate_into_run(spec.cfg, model, tracker, agent_runs[name],
-                                                         steps, force=True)
+                                                         steps)
                        for k, v in r.metrics.items()}
     faults.point("final_eval")
     return final

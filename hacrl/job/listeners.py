@@ -24,6 +24,7 @@ from hacrl.events import (
     Failed,
     Finished,
     StepDone,
+    Stopped,
     TrainingStarts,
     ValidationDue,
 )
@@ -179,6 +180,9 @@ class JobLog:
             self._say(f"validation at step {event.step}: {self.validation.metric} "
                       + "  ".join(f"{a} {v:.3f}" for a, v in self.validation.last.items()))
             self.tic = time.perf_counter()  # the next step's seconds are its own
+        elif isinstance(event, Stopped):
+            self._say(f"stopped after step {event.step}/{self.steps} with a checkpoint: SLURM "
+                      "asked this job to make way (time limit or preemption); it is requeued")
         elif isinstance(event, Failed):
             self._say(f"failed at step {event.step}: {type(event.error).__name__}: "
                       f"{str(event.error).strip().splitlines()[0] if str(event.error).strip() else ''}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from hacrl.errors import HacrlError
+from hacrl.job import requeue
 from hacrl.layout import RunDir
 
 
@@ -50,6 +51,8 @@ def on_sigterm(signum: int, frame: FrameType | None) -> None:
     # scheduler's second notice, a parent's death signal) must not cut the cleanup short: runs
     # and state would stay RUNNING. SIGKILL still ends a cleanup that hangs.
     global _terminate_requested
+    if requeue.defer_sigterm():  # under SLURM: perhaps a preemption, whose USR2 follows
+        return
     _terminate_requested = True
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()

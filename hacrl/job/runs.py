@@ -76,6 +76,25 @@ def start_runs(spec: JobSpec, tracker: Tracker, directory: Path) -> tuple[str, d
     return job_run, agent_runs
 
 
+def reopen_requeued(spec: JobSpec, tracker: Tracker) -> tuple[str, dict[str, str]] | None:
+    """The job's runs again, RUNNING, when its newest job run stopped for a SLURM requeue
+    (`hacrl.job.requeue`): that run stopped at a checkpoint with nothing logged after it, so
+    the requeued job carries on in it. None otherwise (a new run, curves carried over)."""
+    newest = tracker.find_runs(T.where({T.CONFIG_HASH: spec.config_hash, T.KIND: T.JOB}))[:1]
+    if not newest or newest[0].info.status != "KILLED" \
+            or newest[0].data.tags.get(T.REQUEUED) != "1":
+        return None
+    job_run = newest[0].info.run_id
+    agent_runs = agent_runs_of(tracker, job_run)
+    if set(agent_runs) != {a.name for a in spec.agents}:
+        return None  # not the runs this job would make: start new ones
+    times = int(newest[0].data.tags.get(T.REQUEUES, "0") or 0) + 1
+    for run_id in (job_run, *agent_runs.values()):
+        tracker.reopen(run_id)
+    tracker.set_tags(job_run, {T.REQUEUED: "0", T.REQUEUES: str(times)})
+    return job_run, agent_runs
+
+
 def job_datasets(cfg: Any) -> list[tuple[str, str, str, int, str]]:
     """(context, name, source, rows, sha256) of each dataset the job reads: its training split
     and validation benchmark (files of `hacrl data prepare` under task=math; the embedded

@@ -38,6 +38,10 @@ ZOO_SEED = "hacrl.zoo_seed"          # ... and the tiny zoo's draw they belong t
 CELL = "hacrl.cell"                  # the sweep cell a job serves
 SWEEPS = "hacrl.sweeps"              # ... and the sweeps that asked for it (comma-separated)
 RESUMED_AT_STEP = "hacrl.resumed_at_step"
+# a job run that stopped for SLURM to requeue it ("1" until the requeued job reopens it), and
+# how many times that happened: the requeued job carries on in the same runs
+REQUEUED = "hacrl.requeued"
+REQUEUES = "hacrl.requeues"
 REPORT_DIR = "hacrl.report_dir"
 PID = "hacrl.pid"                    # the process that runs it, to tell a dead run from a live one
 PID_TOKEN = "hacrl.pid_token"

@@ -8,6 +8,7 @@ job itself took, so `hacrl status` can show it from any shell.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -19,11 +20,22 @@ from omegaconf import DictConfig
 
 from hacrl.eta import log_line
 from hacrl.fileio import write_json
-from hacrl.job.lock import Terminated
+from hacrl.job import requeue
+from hacrl.job.lock import Terminated, on_sigterm
 from hacrl.schema import metric_names as M
 from hacrl.sweep.state import HEARTBEAT_S, cell_state_path, read_json
 from hacrl.sweep.warm import LOG_ENV
 from hacrl.tracking import process_token
+
+
+def slurm_job() -> dict[str, str]:
+    """The SLURM job this cell runs in (`hacrl status` asks squeue about a requeued one)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return {}
+    if os.environ.get("SLURM_ARRAY_JOB_ID"):
+        job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}"
+    return {"slurm_job": job}
 
 
 def _log_path() -> str:
@@ -139,25 +151,34 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
 
     if before_job(cfg) is not None:  # another node of this cell's job trains and keeps its state
         return {"cell": str(cfg.cell.id), "status": "ray worker node"}
+    if requeue.install():  # a SLURM job: USR2 stops at a step's end, requeues, resumes
+        signal.signal(signal.SIGTERM, on_sigterm)  # scancel: killed (after requeue's grace)
     started = time.time()
     path = cell_state_path(sweep_dir, str(cfg.cell.id))
     previous = read_json(path)
     state: dict[str, Any] = {"cell": str(cfg.cell.id), "status": "running", "pid": os.getpid(),
                              "pid_token": process_token(os.getpid()),
                              "host": socket.gethostname(), "log": _log_path(),
-                             "started": started, "attempt": int(previous.get("attempt", 0)) + 1}
+                             "started": started, "attempt": int(previous.get("attempt", 0)) + 1,
+                             **slurm_job()}
     quiet_third_parties()
     log_line(f"cell {cfg.cell.id}: {' '.join(_overrides())}")
+    error: BaseException | None = None
     with Heartbeat(path, state) as heartbeat:
         try:
             summary = run_job(validate(cfg), progress=False, report=heartbeat.update)
+        except requeue.Requeued as err:
+            # not an error: the state says where it stopped while SLURM holds the job
+            final = {**state, "status": "requeued", "ended": time.time(),
+                     "seconds": time.time() - started}
+            error = err
         except BaseException as err:
             traceback.print_exc()  # into the cell's log, below its last progress line
             kind = "killed" if isinstance(err, KeyboardInterrupt | Terminated) else "failed"
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             final = {**state, "status": kind, "error": f"{type(err).__name__}: {first}",
                      "ended": time.time(), "seconds": time.time() - started}
-            error: BaseException | None = err
+            error = err
         else:
             run = summary.get("job_run_id") or ",".join(
                 (summary.get("agent_run_ids") or {}).values())
@@ -165,8 +186,19 @@ def run_cell(cfg: DictConfig, sweep_dir: Path) -> dict[str, Any]:
                      "seconds": time.time() - started, "skipped": bool(summary.get("skipped")),
                      **{k: summary.get(k) for k in ("startup_s", "setup_s", "validation_s",
                                                     "train_s", "eval_s", "tracking_s")}}
-            error = None
     write_json(path, final)  # after the heartbeat stopped: it cannot overwrite this
+    if isinstance(error, requeue.Requeued):
+        log_line(f"requeued by SLURM ({requeue.reason()}): resumes from its checkpoint after "
+                 f"step {error.step}" if error.step is not None else
+                 f"requeued by SLURM ({requeue.reason()}): resumes from its newest checkpoint")
+        try:
+            requeue.hand_over()  # submitit requeues the job and exits
+        except SystemExit:
+            raise
+        except BaseException as err:  # e.g. out of requeues (max_num_timeout)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            write_json(path, {**final, "status": "failed", "error": f"not requeued: {first}"})
+            raise
     if error is not None:
         log_line(f"{final['status']}: {final['error']}")
         raise error

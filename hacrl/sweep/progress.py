@@ -135,10 +135,15 @@ class LiveProgress:
         """The block: the summary line, then one line per running cell."""
         states = {cid: read_json(cell_state_path(self.sweep_dir, cid))
                   for cid, s in self.status.items() if s == "running"}
-        head = self.tally.summary(self.name, self.status, states, self.cells,
+        # a job array's cells end while the launcher waits for all of them: their state files
+        # say so first
+        status = {cid: states[cid]["status"] if states.get(cid, {}).get("status") in FINISHED
+                  else s for cid, s in self.status.items()}
+        head = self.tally.summary(self.name, status, states, self.cells,
                                   time.time() - self.started)
         return [f"[hacrl sweep] {head}",
-                *(running_line(self.cells[cid], st) for cid, st in states.items())]
+                *(running_line(self.cells[cid], st) for cid, st in states.items()
+                  if status[cid] == "running")]
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -41,6 +41,7 @@ from hacrl.sweep.grid import (
     load_report_keys,
 )
 from hacrl.sweep.progress import LiveProgress
+from hacrl.sweep.slurm import check_fits, wait_for_jobs
 from hacrl.sweep.state import DEADLINE_S, cell_status, format_table
 from hacrl.sweep.warm import WarmPool, populate_supported
 from hacrl.tracking import Tracker
@@ -146,6 +147,8 @@ class SweepRun:
         elsewhere = {cid for cid, row in before.items() if row["status"] == "running"}
         todo = [c for c in cells if c.id not in skipped | elsewhere]
         say(f"{len(skipped)} done already, {len(elsewhere)} running elsewhere, {len(todo)} to run")
+        if todo and type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
+            check_fits(self._launcher_settings())  # an impossible request: one line, now
         if self.dry_run:
             return self._dry_run([before[c.id] for c in cells], len(todo))
         outcome: dict[str, str] = {}
@@ -189,17 +192,20 @@ class SweepRun:
         """The table of what is done, and the sbatch script the pending cells would get."""
         print(format_table(rows), flush=True)
         if todo and type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
-            from omegaconf import OmegaConf
-
             from hacrl.sweep.slurm import render_sbatch
 
-            launcher = OmegaConf.to_container(self.config.hydra.launcher, resolve=True)
-            assert isinstance(launcher, dict)
+            launcher = self._launcher_settings()
             folder = str(launcher.get("submitit_folder", self.sweep_dir / ".submitit/%j"))
             print(f"# sbatch script of the job array ({todo} cells):")
-            print(render_sbatch({str(k): v for k, v in launcher.items()}, folder,
-                                array_size=todo), flush=True)
+            print(render_sbatch(launcher, folder, array_size=todo), flush=True)
         return rows
+
+    def _launcher_settings(self) -> dict[str, Any]:
+        from omegaconf import OmegaConf
+
+        launcher = OmegaConf.to_container(self.config.hydra.launcher, resolve=True)
+        assert isinstance(launcher, dict)
+        return {str(k): v for k, v in launcher.items()}
 
     def _final_rows(self, cells: list[Cell], tracker: Tracker, skipped: set[str],
                     outcome: dict[str, str], started: float) -> list[dict[str, Any]]:
@@ -211,7 +217,8 @@ class SweepRun:
                 row["wall_s"] = self.walls[cell.id]
             if cell.id in skipped:
                 row["status"] = "skipped"
-            elif row["status"] != "done" and outcome.get(cell.id) == "failed":
+            elif row["status"] not in ("done", "killed") and outcome.get(cell.id) == "failed":
+                # (a killed job, e.g. scancel, stays "killed": its state file said so)
                 row["status"] = "failed"
             rows.append(row)
         write_json(SweepDir(self.sweep_dir).status, {"sweep": self.name, "rows": rows,
@@ -244,6 +251,9 @@ class SweepRun:
             return
         if type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
             self.progress.note(f"submitting {len(cells)} cells as one job array")
+            tic, submitted = time.perf_counter(), time.time() - 1.0
+            for cell in cells:  # queued or running: the block shows each one's state file
+                self.progress.started_cell(cell.id)
             try:
                 returns = self.launcher.launch(
                     [self.with_arguments([*c.job_overrides(), *extra]) for c in cells],
@@ -255,6 +265,11 @@ class SweepRun:
                                    f"{str(err).splitlines()[0] if str(err) else err}")
                 for cell in cells:
                     outcome.setdefault(cell.id, "failed")
+                # submitit stops at the first job that did not complete: wait for the others
+                wait_for_jobs(str(self._launcher_settings().get("submitit_folder", "")),
+                              submitted)
+            for cell in cells:
+                self.progress.finished_cell(cell, outcome[cell.id], time.perf_counter() - tic)
             return
         self.progress.note(f"running {len(cells)} cells, {parallel} at a time" + (
             " (warm: forked from one process that imported everything once)" if pool else ""))

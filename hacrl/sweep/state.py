@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,6 +72,24 @@ def alive(state: dict[str, Any]) -> bool:
         return process_alive(pid, token if isinstance(token, str) else None)
     beat = state.get("heartbeat", state.get("started"))
     return isinstance(beat, int | float) and time.time() - beat < DEADLINE_S
+
+
+def slurm_queued(job: str) -> bool | None:
+    """Whether SLURM still holds job `job` (pending, running, requeued); None when squeue
+    cannot tell (not installed, no answer): the caller then trusts the state file."""
+    if not job:
+        return False
+    try:
+        answer = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                                text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if answer.returncode != 0:
+        # an id the controller no longer knows is an error; anything else: cannot tell
+        return False if "Invalid job id" in answer.stderr else None
+    states = set(answer.stdout.split())
+    return bool(states - {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+                          "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
 
 
 def read_cells(sweep_dir: Path) -> tuple[SweepManifest | None, list[Cell]]:
@@ -134,6 +153,9 @@ def cell_status(cell: Cell, sweep_dir: Path, tracker: Tracker) -> dict[str, Any]
     status = state.get("status", "pending")
     if status == "running":
         status = "running" if alive(state) else "killed"
+    elif status == "requeued":  # stopped for SLURM to requeue it: running while it is queued
+        status = "killed" if slurm_queued(str(state.get("slurm_job", ""))) is False else "running"
+        state = {**state, "phase": "requeued"}
     elif status == "done":
         status = "incomplete"  # the job ended but its results are not all there (e.g. removed)
     if status == "running":  # what it does now (hacrl.sweep.progress reads the same fields)
@@ -144,6 +166,8 @@ def cell_status(cell: Cell, sweep_dir: Path, tracker: Tracker) -> dict[str, Any]
 def phase_text(state: dict[str, Any]) -> str:
     """What a running cell does now, from its state file: `training step 12/20`, ..."""
     phase = state.get("phase")
+    if phase == "requeued":  # waits in SLURM's queue to resume after its last step
+        return f"requeued after step {state['step']}" if state.get("step") else "requeued"
     if phase == "training" and state.get("steps"):
         return f"training step {state.get('step', 0)}/{state['steps']}"
     return str(phase) if phase else "starting"
