@@ -30,8 +30,9 @@ FOREIGN = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "MLFLOW_EXPERIMENT_NAME
            "HF_TOKEN_PATH", "TRANSFORMERS_CACHE")
 # a folder that keeps the micro zoo between pytest processes (scripts/mutation.py sets it)
 MICRO_ZOO_CACHE = "HACRL_TEST_MICRO_ZOO_CACHE"
-# HACRL_* variables the tests read themselves (CI sets the second: no cluster is a failure)
-KEPT = (MICRO_ZOO_CACHE, "HACRL_REQUIRE_CLUSTER")
+# HACRL_TEST_* variables steer the tests themselves (HACRL_TEST_REQUIRE_CLUSTER, which CI sets:
+# no SLURM cluster is a failure, not a skip); every other HACRL_* of the shell is dropped
+TEST_CONTROLS = "HACRL_TEST_"
 _saved_env: dict[str, str] = {}
 _session_home: list[Path] = []
 
@@ -46,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
         (base / sub).mkdir(parents=True, exist_ok=True)
         os.environ[name] = str(base / sub)
     for name in [*FOREIGN, *(n for n in os.environ if n.startswith("HACRL_"))]:
-        if name not in KEPT:
+        if not name.startswith(TEST_CONTROLS):
             os.environ.pop(name, None)
 
 

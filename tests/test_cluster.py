@@ -3,7 +3,7 @@ submitit, a failed and a cancelled cell, preemption and time limits with requeue
 the same MLflow runs, `hacrl status` while cells run, an impossible request refused at submit.
 
 Marked `cluster`: they need a running cluster (`bash scripts/local_slurm.sh up` and its `env`)
-and skip without one; CI starts one and sets HACRL_REQUIRE_CLUSTER=1, so there they fail instead.
+and skip without one; CI starts one and sets HACRL_TEST_REQUIRE_CLUSTER=1, so there they fail instead.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def cluster() -> None:
         return
     message = (f"{reason}; start one: bash scripts/local_slurm.sh up && "
                'eval "$(bash scripts/local_slurm.sh env)"')
-    if os.environ.get("HACRL_REQUIRE_CLUSTER") == "1":
+    if os.environ.get("HACRL_TEST_REQUIRE_CLUSTER") == "1":
         pytest.fail(message)
     pytest.skip(message)
 

@@ -712,6 +712,25 @@ def test_slurm_queued_asks_squeue_about_the_job(squeue: Callable[..., Path], out
     assert args.read_text().split() == ["-h", "-j", "46_1", "-o", "%T"]
 
 
+@pytest.mark.parametrize("final", ["COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+                                   "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"])
+def test_a_job_in_a_final_state_is_no_longer_queued(squeue: Callable[..., Path],
+                                                    final: str) -> None:
+    squeue(f"{final}\n")
+    assert state.slurm_queued("46") is False
+    squeue(f"{final}\nRUNNING\n")  # an array with a task still running
+    assert state.slurm_queued("46") is True
+
+
+def test_a_squeue_that_does_not_answer_cannot_tell(squeue: Callable[..., Path], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    squeue("PENDING\n")
+    hung = tmp_path / "bin" / "squeue"
+    hung.write_text("#!/bin/sh\nexec sleep 60\n")  # a controller that never answers
+    monkeypatch.setattr(state, "SQUEUE_TIMEOUT_S", 0.2)
+    assert state.slurm_queued("46") is None
+
+
 def test_slurm_queued_without_a_job_or_without_squeue(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
     assert state.slurm_queued("") is False  # no job to wait for

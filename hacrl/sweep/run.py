@@ -25,7 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from hacrl.errors import check_writable
+from hacrl.errors import ConfigError, check_writable
 from hacrl.fileio import write_json
 from hacrl.layout import Layout, SweepDir
 from hacrl.mlflow_store import check_store, resolve_uri
@@ -148,7 +148,12 @@ class SweepRun:
         todo = [c for c in cells if c.id not in skipped | elsewhere]
         say(f"{len(skipped)} done already, {len(elsewhere)} running elsewhere, {len(todo)} to run")
         if todo and type(self.launcher).__name__ not in LOCAL_LAUNCHERS:
-            check_fits(self._launcher_settings())  # an impossible request: one line, now
+            try:
+                check_fits(self._launcher_settings())  # an impossible request: one line, now
+            except ConfigError as err:
+                if not self.dry_run:
+                    raise
+                say(f"warning: SLURM would refuse these jobs: {err}")  # the script still shown
         if self.dry_run:
             return self._dry_run([before[c.id] for c in cells], len(todo))
         outcome: dict[str, str] = {}

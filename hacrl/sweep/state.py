@@ -39,6 +39,7 @@ from hacrl.tracking import Tracker, process_alive
 
 HEARTBEAT_S = 30.0   # a running cell rewrites its state file this often
 DEADLINE_S = 300.0   # ... and counts as dead on another host after this long without it
+SQUEUE_TIMEOUT_S = 10.0  # a controller that does not answer: "cannot tell", not a hung status
 
 
 def cell_state_path(sweep_dir: Path, cell_id: str) -> Path:
@@ -81,7 +82,7 @@ def slurm_queued(job: str) -> bool | None:
         return False
     try:
         answer = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
-                                text=True, timeout=10)
+                                text=True, timeout=SQUEUE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
     if answer.returncode != 0:

@@ -97,6 +97,9 @@ def serve(conn: Connection, memory_mb: int) -> None:
     """Worker main loop."""
     # The parent handles Ctrl-C; a worker dying on it mid-batch would only add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SLURM sends a job's USR2 (time limit near, preemption) to every process of its steps:
+    # the job decides what it means (hacrl.job.requeue); a worker would only die of it
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     _limit_memory(memory_mb)
     load_math_verify()
