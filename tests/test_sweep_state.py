@@ -748,7 +748,7 @@ def test_a_requeued_cell_runs_while_slurm_holds_its_job(
         err: str, status: str) -> None:
     sweep = tmp_path / "sweep"
     cell = _train_cell(tmp_path / "runs" / "x")
-    squeue(out, code, err)
+    asked = squeue(out, code, err)
     _write_state(sweep, cell.id, {"status": "requeued", "slurm_job": "46_1", "host": ELSEWHERE,
                                   "pid": 1, "phase": "training", "step": 7, "steps": 20,
                                   "started": 1000.5, "log": "/l/c.log"})
@@ -759,6 +759,17 @@ def test_a_requeued_cell_runs_while_slurm_holds_its_job(
     assert row == expected
     if status == "running":
         assert phase_text(row) == "requeued after step 7"
+    assert asked.read_text().split() == ["-h", "-j", "46_1", "-o", "%T"]  # about its own job
+
+
+def test_a_requeued_cell_without_its_job_id_is_killed_without_asking(
+        tracker: Tracker, tmp_path: Path, squeue: Callable[..., Path]) -> None:
+    sweep = tmp_path / "sweep"
+    cell = _train_cell(tmp_path / "runs" / "x")
+    asked = squeue("PENDING\n")  # squeue would say "queued" about any job
+    _write_state(sweep, cell.id, {"status": "requeued", "step": 7})
+    assert cell_status(cell, sweep, tracker)["status"] == "killed"
+    assert not asked.exists()
 
 
 # -- phase_text and progress_text ----------------------------------------------------------------
