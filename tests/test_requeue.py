@@ -230,3 +230,26 @@ def test_a_requeued_job_carries_on_in_the_same_runs_with_an_uninterrupted_runs_c
         assert [s for s, _ in curves["reward/mean"]] == list(range(1, steps + 1))
         assert_varies(f"{name} loss after the requeue",
                       [p for p in curves["loss/total"] if p[0] > stop_at])
+
+
+@pytest.mark.slow
+def test_force_after_a_requeue_starts_new_runs(job_env, new_output_root, tiny_job,
+                                               slurm_job) -> None:
+    """force=true retrains from step 0: the stopped runs are not reopened (their points
+    would be logged twice)."""
+    overrides = [*tiny_job, "train.steps=3", "train.save_every=100"]
+    root = new_output_root()
+
+    def usr2_at_step_1(progress: dict[str, Any]) -> None:
+        if progress.get("phase") == "training" and progress.get("step") == 1:
+            os.kill(os.getpid(), signal.SIGUSR2)
+
+    with pytest.raises(requeue.Requeued):
+        run_job(validate(compose([*overrides, f"output_root={root}"])), progress=False,
+                report=usr2_at_step_1)
+    (stopped,) = _runs(_client(root), f"tags.`{T.KIND}` = 'job'")
+    requeue._state.reset()
+    summary = run_job(validate(compose([*overrides, f"output_root={root}", "force=true"])),
+                      progress=False)
+    assert summary["job_run_id"] != stopped.info.run_id
+    assert _client(root).get_run(stopped.info.run_id).info.status == "KILLED"

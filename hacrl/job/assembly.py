@@ -113,7 +113,7 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
         shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
     layout.config.write_text(OmegaConf.to_yaml(c))
-    if (reopened := reopen_requeued(spec, tracker)) is not None:
+    if not c.force and (reopened := reopen_requeued(spec, tracker)) is not None:
         # back from a SLURM requeue: the same runs carry on from the checkpoint they stopped at
         job_run, agent_runs = reopened
         previous = None
