@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,8 @@ def test_eval_base_model_logs_scores_protocol_and_samples(job_env, new_output_ro
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "protocol main" in out and "tiny_aime2025" in out
+    # the verifier settings the task files read are set for the evaluation only
+    assert not [name for name in os.environ if name.startswith("HACRL_VERIFY")]
     client = _client(root)
     (run,) = _runs(client)
     tags, metrics = run.data.tags, run.data.metrics
@@ -179,3 +182,14 @@ def test_eval_missing_hub_data_names_file_and_command(job_env, new_output_root, 
     assert code == 2 and "\n" not in err
     assert str(tmp_path / "empty" / "math500.jsonl") in err and "hacrl data prepare math500" in err
     assert _runs(_client(root)) == []  # nothing was started
+
+
+def test_the_evaluation_environment_is_restored(monkeypatch):
+    from hacrl.evaluation.runner import _environment
+
+    monkeypatch.setenv("HACRL_VERIFY_WORKERS", "7")
+    monkeypatch.delenv("HACRL_VERIFY_TIMEOUT_S", raising=False)
+    with _environment({"HACRL_VERIFY_WORKERS": "2", "HACRL_VERIFY_TIMEOUT_S": "3.0"}):
+        assert (os.environ["HACRL_VERIFY_WORKERS"], os.environ["HACRL_VERIFY_TIMEOUT_S"]) == (
+            "2", "3.0")
+    assert os.environ["HACRL_VERIFY_WORKERS"] == "7" and "HACRL_VERIFY_TIMEOUT_S" not in os.environ

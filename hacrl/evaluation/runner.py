@@ -11,9 +11,11 @@ tasks, every response with its grade, and the compact per-sample outcomes table.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,14 +151,30 @@ def _logged_outcomes(tracker: Tracker, run_id: str, protocol: str) -> Any:
 
 
 
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` in os.environ for the block; each name's previous value (or absence) after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, old in before.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
 def _evaluate_one(cfg: DictConfig, model_path: str, tracker: Tracker, run_id: str, step: int,
                   protocol: Protocol, benchmarks: list[str]) -> tuple[EvalResult, EvalOutcome]:
     files = data_files(cfg, benchmarks)
     backend = Backend.from_config(cfg.eval, device=str(cfg.engine.get("device", "cpu")))
-    # the task's utils read these (they also serve users of the lm_eval CLI)
-    os.environ["HACRL_VERIFY_TIMEOUT_S"] = str(cfg.verify.timeout_s)
-    os.environ["HACRL_VERIFY_WORKERS"] = str(cfg.verify.workers)
-    with tempfile.TemporaryDirectory(prefix="hacrl-eval-") as tmp:
+    # the task's utils read these (they also serve users of the lm_eval CLI); set for this
+    # evaluation only, so a later job in the same process sees its own settings or none
+    verify_env = {"HACRL_VERIFY_TIMEOUT_S": str(cfg.verify.timeout_s),
+                  "HACRL_VERIFY_WORKERS": str(cfg.verify.workers)}
+    with tempfile.TemporaryDirectory(prefix="hacrl-eval-") as tmp, _environment(verify_env):
         work = Path(tmp)
         outcome = run_lm_eval(model_path, benchmarks, files, protocol, backend, work,
                               seed=int(cfg.seed))
