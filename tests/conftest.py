@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -225,6 +226,42 @@ def new_output_root(tmp_path: Path, mlflow_template: Path) -> Callable[[str], Pa
         return root
 
     return make
+
+
+@pytest.fixture
+def step_gradients() -> Callable[[Any], list[dict[str, Any]]]:
+    """`grads = step_gradients(engine)`: every optimizer step of the (local) engine appends the
+    gradients it applies, by parameter name. Two ways of computing an update are compared on
+    these, not on the weights after it: AdamW's first step is lr * g / (|g| + eps), so for a
+    gradient near eps (1e-8) a rounding difference of 1e-10 moves a weight by several % of lr."""
+    def capture(engine: Any) -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+        step = engine.optimizer.step
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            seen.append({name: p.grad.detach().clone()
+                         for name, p in engine.model.named_parameters() if p.grad is not None})
+            return step(*args, **kwargs)
+
+        engine.optimizer.step = recording
+        return seen
+
+    return capture
+
+
+@pytest.fixture(scope="session")
+def assert_same_gradients() -> Callable[[dict[str, Any], dict[str, Any], float], None]:
+    """`assert_same_gradients(a, b, rel)`: the same parameters, and per parameter the largest
+    difference at most `rel` times its largest gradient (a dropped or doubled row moves some
+    parameter's gradient by far more than rounding)."""
+    def check(a: dict[str, Any], b: dict[str, Any], rel: float) -> None:
+        assert a.keys() == b.keys() and a
+        for name in a:
+            scale = float(a[name].abs().max())
+            gap = float((a[name] - b[name]).abs().max())
+            assert gap <= rel * scale, f"{name}: gradients differ by {gap:.3g} (largest {scale:.3g})"
+
+    return check
 
 
 @pytest.fixture
