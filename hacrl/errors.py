@@ -27,6 +27,10 @@ class CheckpointError(HacrlError):
     """No usable checkpoint: the file that is bad and how to start over."""
 
 
+class EngineError(HacrlError):
+    """The engine lost a worker it trains with (a Ray actor or node died): what, and what to do."""
+
+
 class OutputError(HacrlError):
     """An output path that hacrl refuses to write (outside the output root, not its own)."""
 

@@ -319,6 +319,24 @@ def experiment_id(client: Any, name: str, artifacts: str | None, uri: str) -> st
     return str(found.experiment_id)
 
 
+def server_gone(err: BaseException) -> str | None:
+    """Why a call to an `mlflow server` failed for good when the server was gone (refused or
+    reset connections, timeouts, 5xx answers through all of MLflow's retries): a short reason;
+    None for any other error (a bad request, a deleted run: MLflow's own message says it)."""
+    import requests
+
+    cause = err.__cause__ or err.__context__
+    text = str(err)
+    if not (isinstance(cause, requests.ConnectionError | requests.Timeout)
+            or "Max retries exceeded" in text or "failed with timeout exception" in text):
+        return None
+    for reason in ("Connection refused", "Connection reset", "Remote end closed",
+                   "Read timed out", "timeout", "too many 5"):
+        if reason.lower() in text.lower():
+            return reason if reason != "too many 5" else "5xx answers"
+    return "no answer"
+
+
 class Timed:
     """An MlflowClient whose calls add their wall time to `busy_s` (tracking overhead) and, on
     sqlite, are retried when the database is locked (`retries` times; counted in
@@ -340,6 +358,13 @@ class Timed:
             tic = time.perf_counter()
             try:
                 return self._retry_locked(lambda: attr(*args, **kwargs))
+            except Exception as err:
+                if (reason := server_gone(err)) is None:
+                    raise
+                raise StoreError(
+                    f"MLflow tracking server {self._uri} stopped answering ({reason}) and "
+                    f"MLflow's retries are spent; once it runs again, rerun the same "
+                    f"command: the job resumes from its newest checkpoint") from None
             finally:
                 self.busy_s += time.perf_counter() - tic
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
@@ -116,6 +118,13 @@ class Sweep:
 
     def rows(self) -> list[dict[str, Any]]:
         return list(json.loads((self.dir / "status.json").read_text())["rows"])
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free at the time of asking."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _client(root: Path) -> MlflowClient:
@@ -297,3 +306,124 @@ def test_preemption_and_a_time_limit_requeue_and_resume_into_the_same_runs(
         assert f"requeued by SLURM ({reason})" in cell_log, cell_log[-3000:]
         assert "resumed at step" in cell_log
         _check_requeued_like_straight(sweep.root, straight, reason, assert_varies)
+
+
+# a two-agent HACPO job through verl on CPU, one worker per agent per node: with two nodes each
+# agent's pool has a worker on each node
+VERL_JOB = ("engine=verl", "engine.device=cpu", "engine.nnodes=2", "engine.cpu_workers=1",
+            "train.steps=2", "train.save_every=1", "train.prompts_per_step=4",
+            "train.minibatch_prompts=2", "train.rollouts_per_prompt=4",
+            "rollout.max_new_tokens=12", "task.train_split=tiny_gsm8k", "validation.every=1",
+            "validation.benchmark=tiny_gsm8k", "validation.problems=40",
+            "eval.benchmarks=[tiny_gsm8k]", "eval.protocols.main.limit=40")
+
+
+def _ray_processes(temp_dir: str) -> list[str]:
+    """Processes of the Ray whose session lives under `temp_dir` (their command lines name it)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if temp_dir in line and "pytest" not in line:
+            found.append(f"{process.pid}: {line[:160]}")
+    return found
+
+
+def _no_ray_left(temp_dir: str, within_s: float = 120.0) -> list[str]:
+    """The Ray processes of `temp_dir` still alive after waiting up to `within_s` for them to
+    go: a stopped `ray start` drains its node for up to 30 s after the job's result is in."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while (left := _ray_processes(temp_dir)) and time.monotonic() < deadline:
+        time.sleep(2)
+    return left
+
+
+def _task_logs(sweep: Sweep) -> dict[str, str]:
+    """Each submitit task's log (stdout and stderr) by file name."""
+    return {path.name: path.read_text(errors="replace")
+            for path in sorted(sweep.dir.glob(".submitit/*/*_log.*"))}
+
+
+@pytest.mark.verl
+def test_a_two_node_verl_job_makes_one_ray_cluster_of_its_nodes(
+        cluster, tmp_path, new_output_root, cli_env, hacrl_cmd) -> None:
+    """engine=verl engine.nnodes=2 as one SLURM job of two nodes: node 0 starts the Ray head,
+    node 1 joins it as a worker node, each agent's workers are placed on both, two HACPO steps
+    train and checkpoint, and no Ray process is left when the job ends."""
+    pytest.importorskip("verl", reason="the two-node verl job needs the [verl] extra")
+    import tempfile
+
+    grids = """      - pair: size
+        method: hacpo
+"""
+    root = new_output_root()
+    temp_dir = tempfile.mkdtemp(prefix="hacrl-ray-", dir="/tmp")  # Ray's sockets: a short path
+    port = free_port()
+    sweep = Sweep(tmp_path, "two", grids, root, cli_env(root), hacrl_cmd)
+    sweep.args = [a for a in sweep.args if a not in JOB] + [
+        *VERL_JOB, f"engine.ray.port={port}", f"engine.ray.temp_dir={temp_dir}"]
+    done = sweep.run()
+    logs = _task_logs(sweep)
+    everything = "\n".join(f"--- {name}\n{text[-3000:]}" for name, text in logs.items())
+    assert done.returncode == 0, done.stderr[-3000:] + everything
+    (row,) = sweep.rows()
+    assert row["status"] == "done", everything
+    head = "".join(text for name, text in logs.items() if "_0_log" in name)
+    worker = "".join(text for name, text in logs.items() if "_1_log" in name)
+    assert "Ray runtime started" in head and "Ray runtime started" in worker, everything
+    assert re.search(rf"joins the Ray head at \S+:{port} as a worker node", worker), worker
+    for agent in AGENTS:
+        (line,) = [x for x in head.splitlines() if x.startswith(f"hacrl: {agent}: verl workers")]
+        print(line)
+        assert line.endswith("(2 node(s))"), line
+    steps = sorted(p.parent.name for p in root.glob("runs/*/team-0/ckpt/step_*/COMPLETE"))
+    assert steps == ["step_000001", "step_000002"], steps
+    (job,) = _runs(root, "tags.`hacrl.kind` = 'job'")
+    assert job.info.status == "FINISHED"
+    assert sorted(_agent_runs(root, job.info.run_id)) == AGENTS
+    assert not (left := _no_ray_left(temp_dir)), left
+
+
+@pytest.mark.verl
+def test_a_worker_node_that_dies_ends_the_two_node_job_with_one_error(
+        cluster, tmp_path, new_output_root, cli_env, hacrl_cmd) -> None:
+    """The worker node's Ray processes die mid-training (SIGKILL, as a node that goes down):
+    the job ends failed with one line naming the agent and what to do, and no Ray process of
+    either node is left."""
+    pytest.importorskip("verl", reason="the two-node verl job needs the [verl] extra")
+    import signal
+    import tempfile
+
+    import psutil
+
+    grids = """      - pair: size
+        method: hacpo
+"""
+    root = new_output_root()
+    temp_dir = tempfile.mkdtemp(prefix="hacrl-ray-", dir="/tmp")
+    port = free_port()
+    sweep = Sweep(tmp_path, "lost", grids, root, cli_env(root), hacrl_cmd)
+    sweep.args = [a for a in sweep.args if a not in JOB] + [
+        *(o for o in VERL_JOB if not o.startswith("train.steps")), "train.steps=200",
+        f"engine.ray.port={port}", f"engine.ray.temp_dir={temp_dir}"]
+    process = sweep.start()
+    try:
+        sweep.wait_for(process, lambda s: s.get("status") == "running" and s.get("step", 0) >= 1)
+        (node,) = [p for p in psutil.process_iter(["cmdline"])
+                   if any(a.startswith("--address=") and a.endswith(f":{port}")
+                          for a in p.info["cmdline"] or [])
+                   and "start" in (p.info["cmdline"] or [])]
+        os.killpg(node.pid, signal.SIGKILL)  # the worker node's raylet and workers with it
+        process.wait(timeout=600)
+    finally:
+        process.kill()
+    (row,) = sweep.rows()
+    assert row["status"] == "failed", sweep.log.read_text()[-3000:]
+    assert row["error"].startswith("EngineError: "), row["error"]
+    assert "a verl worker died during" in row["error"] and "rerun the same command" in row["error"]
+    (job,) = _runs(root, "tags.`hacrl.kind` = 'job'")
+    assert job.info.status == "FAILED"
+    assert not (left := _no_ray_left(temp_dir)), left

@@ -155,6 +155,35 @@ def test_multi_node_other_ranks_are_workers() -> None:
     assert plan({**CFG, "port": None}, 2, 8, _alloc(1)).address == "gpu01:6379"
 
 
+def test_a_head_whose_name_does_not_resolve_is_reached_at_its_node_addr() -> None:
+    """SLURM nodes named apart from their hosts (NodeName=n1 NodeAddr=127.0.0.1, as
+    scripts/local_slurm.sh makes them): the workers join the head at its NodeAddr."""
+    import subprocess
+
+    def unknown(host: str) -> str:
+        raise socket.gaierror(f"{host}: Name or service not known")
+
+    def scontrol(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        assert argv == ["scontrol", "-o", "show", "node", "n1"]
+        return subprocess.CompletedProcess(argv, 0, "NodeName=n1 Arch=x86_64 CoresPerSocket=1 "
+                                           "NodeAddr=127.0.0.1 NodeHostName=localhost\n", "")
+
+    assert rp.node_address("n1", unknown, scontrol) == "127.0.0.1"
+    assert rp.node_address("n1", lambda host: "10.0.0.7", scontrol) is None  # it resolves
+    assert rp.node_address("n1", unknown, lambda argv, **_: subprocess.CompletedProcess(
+        argv, 1, "", "Node n1 not found")) is None
+
+    def absent(argv: list[str], **_: Any) -> None:
+        raise FileNotFoundError("scontrol")
+
+    assert rp.node_address("n1", unknown, absent) is None
+    alloc = SlurmAllocation("7", ("n1", "n2"), 1, 2).with_head_address(lambda host: "127.0.0.1")
+    p = plan(CFG, 2, 0, alloc)
+    assert (p.role, p.address, p.hosts) == ("worker", "127.0.0.1:6379", ("n1", "n2"))
+    assert "--address=127.0.0.1:6379" in p.start
+    assert plan(CFG, 2, 0, alloc.with_head_address(lambda host: None)).address == "n1:6379"
+
+
 def test_multi_node_outside_slurm_names_engine_nnodes_and_the_fixes() -> None:
     with pytest.raises(ConfigError, match=r"^engine.nnodes=2: .*hydra.launcher.nodes=2.*"
                                           r"engine.ray.address=host:port"):
@@ -406,3 +435,94 @@ def test_a_real_one_node_ray_head(fast: None, monkeypatch: pytest.MonkeyPatch) -
         rn.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert not rn._port_open(host, port)
+
+
+def test_ray_processes_outlive_slurms_usr2_and_this_process_still_gets_it(fast: None) -> None:
+    """SLURM signals USR2 to every process of a job that must make way: a `ray start` node
+    (and what it starts) must not die of it, while the training process still stops at a
+    step's end (hacrl.job.requeue): one sent to it while the nodes start arrives after."""
+    import subprocess
+
+    got: list[int] = []
+    before = signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))
+    try:
+        # a `ray start` stand-in that starts a child of its own, as raylets start workers
+        node = rn._launch(_python("import subprocess, sys, time; subprocess.Popen([sys.executable,"
+                                  " '-c', 'import time; time.sleep(60)']); time.sleep(60)"))
+        with rn.children_deaf_to_usr2():
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert not got  # held while the children start
+        assert got == [signal.SIGUSR2]
+        threading.Event().wait(0.5)  # its child started
+        import psutil
+
+        family = [psutil.Process(node.pid), *psutil.Process(node.pid).children(recursive=True)]
+        assert len(family) == 2
+        for process in family:
+            os.kill(process.pid, signal.SIGUSR2)
+        threading.Event().wait(0.3)
+        assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in family)
+        rn._stop(node, graceful=False)
+        assert node.returncode == -signal.SIGKILL
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+    # without the block, the same stand-in dies of it: what the block is for
+    plain = subprocess.Popen(_python("import time; time.sleep(60)"))
+    os.kill(plain.pid, signal.SIGUSR2)
+    assert plain.wait(10) == -signal.SIGUSR2
+
+
+def test_each_cpu_ray_node_declares_exactly_one_nodes_share_of_the_pools() -> None:
+    """On CPU the pools' bundles are logical CPUs: a node that declared more could hold the
+    bundles of both nodes, and the job would not spread over its allocation."""
+    from hacrl.config import compose
+    from hacrl.engines.verl.job_cluster import ray_node_shape
+
+    base = ["engine=verl", "engine.device=cpu", "engine.nnodes=2"]
+    colocated = compose([*base, "engine.cpu_workers=1"])
+    assert ray_node_shape(colocated, 2) == (0, 3)        # one pool, 1 worker, 3 per worker
+    assert ray_node_shape(colocated, 4) == (0, 5)        # 4 agents + 1 per worker
+    split = compose([*base, "engine.cpu_workers=4", "engine.placement=split"])
+    assert ray_node_shape(split, 2) == (0, 2 * 2 * 3)    # a pool per agent, 2 workers each
+    assert ray_node_shape(compose(["engine=verl", "engine.gpus_per_node=4"]), 2) == (4, None)
+    start = plan(CFG, 2, 0, _alloc(1), cpus_per_node=3).start
+    assert "--num-cpus=3" in start and "--num-gpus=0" in start and "--num-cpus=64" not in start
+
+
+def test_a_worker_that_dies_under_a_call_is_one_engine_error_naming_the_agent() -> None:
+    """A node that leaves a multi-node job kills the workers on it; the next call of the agent
+    then fails with Ray's multi-line trace. The engine says it in one line, with what to do."""
+    pytest.importorskip("ray")
+    import ray.exceptions as rex
+
+    from hacrl.engines.verl.engine import _worker_faults
+    from hacrl.errors import EngineError
+
+    class Stand:
+        context = type("Context", (), {"agent_name": "qwen3-4b-base"})()
+
+        def __init__(self, err: Exception) -> None:
+            self.err = err
+
+        @_worker_faults
+        def train_minibatch(self) -> None:
+            raise self.err
+
+    # a surviving rank's collective whose peer is gone, as gloo says it on CPU
+    peer_gone = rex.RayTaskError("compute_log_prob", "Traceback ...", RuntimeError(
+        "[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:4533. This is "
+        "typically caused by a remote worker crashing."))
+    for err in (rex.ActorDiedError(), rex.NodeDiedError("node 3f2a died\nmore lines"),
+                peer_gone):
+        with pytest.raises(EngineError) as caught:
+            Stand(err).train_minibatch()
+        message = str(caught.value)
+        assert message.startswith("qwen3-4b-base: a verl worker died during train_minibatch (")
+        assert "\n" not in message and "rerun the same command" in message
+        assert caught.value.__cause__ is err
+    other_task_error = rex.RayTaskError("compute_log_prob", "Traceback ...",
+                                        RuntimeError("shape mismatch"))
+    with pytest.raises(rex.RayTaskError):  # a worker's own bug is not a lost worker
+        Stand(other_task_error).train_minibatch()
+    with pytest.raises(ValueError, match="not Ray's"):  # any other error goes through as it is
+        Stand(ValueError("not Ray's")).train_minibatch()

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from hacrl import checkpoint, faults
 from hacrl.config import AgentSpec, JobSpec
-from hacrl.errors import check_writable
+from hacrl.errors import StoreError, check_writable
 from hacrl.eta import log_line
 from hacrl.events import Listener, Schedule, run_steps
 from hacrl.job import requeue
@@ -163,7 +163,13 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
             monitor.finish()
         if status != "KILLED":  # once killed, a repeated SIGTERM stays ignored (on_sigterm)
             signal.signal(signal.SIGTERM, handler_before)
-        finish(tracker, list(agent_runs.values()), job_run, status)
+        try:
+            finish(tracker, list(agent_runs.values()), job_run, status)
+        except StoreError:
+            if status == "FINISHED":
+                raise
+            # the store is gone (a stopped server): the error on its way out says so; the runs
+            # stay RUNNING with this process's pid, and the next command marks them KILLED
     summary["status"] = status
     summary.update(phases, tracking_s=tracker.busy_s, startup_s=startup_s)
     return summary

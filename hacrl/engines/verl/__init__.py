@@ -63,13 +63,18 @@ def before_job(cfg: Any) -> dict[str, Any] | None:
     the head's cluster until it ends, and train nothing (no runs, no run directory)."""
     import os
 
+    from hacrl.engines.verl.job_cluster import ray_node_shape
+    from hacrl.engines.verl.ray_cluster import auth_mode, use_auth_mode
     from hacrl.engines.verl.ray_nodes import serve_as_worker
     from hacrl.engines.verl.ray_plan import plan_from_env
 
     e = cfg.engine
-    plan = plan_from_env(e.ray, int(e.nnodes), int(e.gpus_per_node), os.environ)
+    # the head declares its node for the job's agents; a worker node the same
+    gpus, cpus = ray_node_shape(cfg, len(cfg.agents))
+    plan = plan_from_env(e.ray, int(e.nnodes), gpus, os.environ, cpus)
     if plan.role != "worker":
         return None
+    use_auth_mode(auth_mode(os.environ))  # the head's rule: one mode for every node
     code = serve_as_worker(plan)
     return {"skipped": True, "ray_worker_of": plan.address, "ray_exit_code": code,
             "run_dir": None, "teams": []}

@@ -42,7 +42,8 @@ class VerlCluster:
         os.environ.update(self.worker_env)
         activate_plugins(cfg)
         self.placement: AgentPlacement = placement(cfg, n_agents)
-        address = connect(cfg.engine.ray, int(cfg.engine.nnodes), int(cfg.engine.gpus_per_node))
+        gpus, cpus = ray_node_shape(cfg, n_agents)
+        address = connect(cfg.engine.ray, int(cfg.engine.nnodes), gpus, cpus_per_node=cpus)
         if not ray.is_initialized():
             from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
@@ -64,8 +65,11 @@ class VerlCluster:
                     more = ray_resources(n_agents * CPU_VLLM_REPLICAS)
                     extra["num_gpus"] = more["num_gpus"]
                     extra["num_cpus"] += more["num_cpus"]
-            ray.init(address=None if address == "local" else address, runtime_env=runtime_env,
-                     log_to_driver=True, **extra)
+            from hacrl.engines.verl.ray_nodes import children_deaf_to_usr2
+
+            with children_deaf_to_usr2():  # Ray's processes outlive SLURM's USR2
+                ray.init(address=None if address == "local" else address,
+                         runtime_env=runtime_env, log_to_driver=True, **extra)
         self.pools: dict[int, Any] = {}
         self.users = 0
         self.groups = 0  # worker groups made: their Ray actor names must differ (hacrl bench
@@ -77,9 +81,7 @@ class VerlCluster:
 
     @property
     def colocate_count(self) -> int:
-        # processes per GPU: every colocated agent's worker plus room for verl's helpers
-        # (its trainer keeps 3 for actor/rollout, ref/critic, reward)
-        return max(3, self.n_agents + 1)
+        return colocate_count(self.n_agents)
 
     @classmethod
     def get(cls, cfg: DictConfig, n_agents: int) -> VerlCluster:
@@ -119,6 +121,26 @@ class VerlCluster:
 
 
 
+def colocate_count(n_agents: int) -> int:
+    """Processes per GPU: every colocated agent's worker plus room for verl's helpers (its
+    trainer keeps 3 for actor/rollout, ref/critic, reward)."""
+    return max(3, n_agents + 1)
+
+
+def ray_node_shape(cfg: DictConfig, n_agents: int) -> tuple[int, int | None]:
+    """(GPUs, CPUs) each `ray start` node of a multi-node job declares to Ray.
+
+    On GPUs: engine.gpus_per_node, and the CPUs SLURM gave the task (None). On CPU: no GPUs,
+    and exactly the logical CPUs the agents' pools reserve on one node (each worker's bundle
+    takes `colocate_count` of them): then no node can hold a second node's bundles, and every
+    pool spreads over all the nodes as on GPUs.
+    """
+    if not on_cpu(cfg):
+        return int(cfg.engine.gpus_per_node), None
+    pools = 1 if cfg.engine.placement == "colocate" else n_agents
+    return 0, pools * placement(cfg, n_agents).gpus_per_node * colocate_count(n_agents)
+
+
 def verl_environment(cfg: DictConfig) -> dict[str, str]:
     """Environment variables the driver and every worker need before `import verl`: on CPU
     the cpu platform (`cpu_platform.environment`), and the hf rollout's registration."""
@@ -145,4 +167,5 @@ def activate_plugins(cfg: DictConfig) -> None:
 
 
 
-__all__ = ["CPU_VLLM_REPLICAS", "VerlCluster", "activate_plugins", "verl_environment"]
+__all__ = ["CPU_VLLM_REPLICAS", "VerlCluster", "activate_plugins", "colocate_count", "ray_node_shape",
+           "verl_environment"]

@@ -70,7 +70,7 @@ def use_auth_mode(mode: str, env: MutableMapping[str, str] = os.environ) -> None
 
 
 def connect(engine_ray_cfg: Mapping[str, Any], nnodes: int, gpus_per_node: int,
-            env: MutableMapping[str, str] = os.environ) -> str:
+            env: MutableMapping[str, str] = os.environ, cpus_per_node: int | None = None) -> str:
     """Make sure the Ray cluster the job asks for exists; the address `ray.init` should use.
 
     "local" means: start nothing, call `ray.init()` without an address. On the head and when
@@ -83,7 +83,7 @@ def connect(engine_ray_cfg: Mapping[str, Any], nnodes: int, gpus_per_node: int,
     if running is not None:
         env["RAY_ADDRESS"] = running
         return running
-    p = plan_from_env(engine_ray_cfg, nnodes, gpus_per_node, env)
+    p = plan_from_env(engine_ray_cfg, nnodes, gpus_per_node, env, cpus_per_node)
     if p.role in ("head", "worker"):  # `ray start` children and this driver: one auth mode
         use_auth_mode(auth_mode(env), env)
     if p.role == "worker":

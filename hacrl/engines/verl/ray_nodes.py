@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -124,7 +125,28 @@ def shutdown() -> None:
 def _launch(argv: Sequence[str]) -> subprocess.Popen[bytes]:
     """Run a blocking `ray start` in a process group of its own, so `_stop` can find every
     process of that Ray node (and only those) by the group's id."""
-    return subprocess.Popen(_resolve(argv), start_new_session=True)
+    with children_deaf_to_usr2():
+        return subprocess.Popen(_resolve(argv), start_new_session=True)
+
+
+@contextmanager
+def children_deaf_to_usr2() -> Iterator[None]:
+    """Processes started in this block, and the ones they start, never act on SIGUSR2.
+
+    SLURM sends USR2 to every process of a job that must make way (preemption, a time limit
+    near), Ray's included, and its default action ends a process: Ray's raylets and workers
+    would die before the job stops at a step's end with its checkpoint (hacrl.job.requeue).
+    A blocked signal stays blocked across fork and exec; here it is blocked only while the
+    children start, and one arriving meanwhile reaches this process after the block.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _stop(process: subprocess.Popen[bytes], graceful: bool = True) -> None:
@@ -159,6 +181,8 @@ def serve_as_worker(p: Plan) -> int:
         print(f"hacrl: no Ray head at {p.address} after {HEAD_WAIT_S:.0f} s; this worker node "
               f"ends (the head node's log says why)", file=sys.stderr, flush=True)
         return 1
+    print(f"hacrl: this node joins the Ray head at {p.address} as a worker node",
+          file=sys.stderr, flush=True)
     process = _launch(p.start)
     head_gone = False
     try:
@@ -238,6 +262,48 @@ def missing_hosts(hosts: Sequence[str], alive: Sequence[NodeInfo],
         seen.add(str(node.get("NodeManagerAddress", "")))
     return [host for host in hosts
             if host.split(".")[0] not in seen and resolve(host) not in seen]
+
+
+# What torch.distributed's backends say on the surviving ranks when a peer's process is gone
+# (gloo on CPU, NCCL on GPUs): the survivors fail before Ray has noticed the dead node.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
+             "NCCL communicator was aborted", "remote process exited")
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    flat = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", text).split())
+    return f"{flat[:limit]}{'...' if len(flat) > limit else ''}"
+
+
+def lost_ray_worker(err: BaseException) -> str | None:
+    """What Ray lost, when `err` says one of its processes or nodes died under a call, or a
+    surviving worker's collective lost its peer (one line); None for any other error."""
+    import ray.exceptions as rex
+
+    lost = (rex.RayActorError, rex.NodeDiedError, rex.WorkerCrashedError, rex.ObjectLostError,
+            rex.OwnerDiedError)
+    if isinstance(err, lost):
+        return f"{type(err).__name__}: {_one_line(str(err))}"
+    if isinstance(err, rex.RayTaskError):
+        cause = getattr(err, "cause", None) or err.__cause__
+        text = str(cause) if cause is not None else str(err)
+        if any(sign in text for sign in PEER_GONE):
+            first = next((line for line in text.splitlines() if line.strip()), text)
+            return f"a collective lost its peer: {_one_line(first)}"
+    return None
+
+
+def placement_line(actors: Sequence[Any]) -> str:
+    """Which Ray node each of a worker group's actors runs on (rank order), in one line: a
+    multi-node job's log shows that its pools spread over the nodes."""
+    import ray
+
+    def node_of(_actor: Any) -> str:
+        return str(ray.get_runtime_context().get_node_id())
+
+    nodes = ray.get([actor.__ray_call__.remote(node_of) for actor in actors])
+    ranks = ", ".join(f"rank {rank} on node {node[:8]}" for rank, node in enumerate(nodes))
+    return f"verl workers {ranks} ({len(set(nodes))} node(s))"
 
 
 def _missing_message(address: str, nnodes: int, hosts: Sequence[str],

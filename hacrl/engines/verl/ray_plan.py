@@ -8,7 +8,10 @@ tests cover every branch) and names the fix when the job cannot get the nodes it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+import socket
+import subprocess
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,22 +25,24 @@ Role = Literal["join", "local", "head", "worker"]
 
 
 def ray_start_commands(alloc: SlurmAllocation, port: int, temp_dir: str | None = None, *,
-                       num_gpus: int | None = None) -> list[str]:
+                       num_gpus: int | None = None, num_cpus: int | None = None) -> list[str]:
     """This node's `ray start` argv: the head on the allocation's first host, else a worker.
 
     Both block (`--block`) so that the process running the command owns the Ray node and
-    stopping it stops the node. `num_gpus` defaults to what SLURM gave the node.
+    stopping it stops the node. `num_gpus` and `num_cpus` default to what SLURM gave the node
+    (on CPU, the engine asks for the logical CPUs its worker pools reserve on each node).
     """
     gpus = alloc.gpus_per_node if num_gpus is None else num_gpus
+    cpus = alloc.cpus_per_task if num_cpus is None else num_cpus
     argv = ["ray", "start", "--block", "--disable-usage-stats"]
     if alloc.node_rank == 0:
         argv += ["--head", f"--port={port}"]
     else:
-        argv.append(f"--address={alloc.head_host}:{port}")
+        argv.append(f"--address={alloc.head_address}:{port}")
     if gpus is not None:
         argv.append(f"--num-gpus={gpus}")
-    if alloc.cpus_per_task is not None:
-        argv.append(f"--num-cpus={alloc.cpus_per_task}")
+    if cpus is not None:
+        argv.append(f"--num-cpus={cpus}")
     if temp_dir:
         argv.append(f"--temp-dir={temp_dir}")
     return argv
@@ -61,7 +66,7 @@ class Plan:
 
 
 def plan(cfg: Mapping[str, Any], nnodes: int, gpus_per_node: int,
-         alloc: SlurmAllocation | None) -> Plan:
+         alloc: SlurmAllocation | None, cpus_per_node: int | None = None) -> Plan:
     """Decide this process's part from engine.ray (`cfg`), engine.nnodes/gpus_per_node and SLURM.
 
     Raises ConfigError when the job cannot get the nodes it asks for, naming the key and the fix.
@@ -79,8 +84,8 @@ def plan(cfg: Mapping[str, Any], nnodes: int, gpus_per_node: int,
     port = int(cfg.get("port") or DEFAULT_PORT)
     temp_dir = cfg.get("temp_dir")
     start = ray_start_commands(alloc, port, str(temp_dir) if temp_dir else None,
-                               num_gpus=gpus_per_node)
-    return Plan("head" if alloc.node_rank == 0 else "worker", f"{alloc.head_host}:{port}",
+                               num_gpus=gpus_per_node, num_cpus=cpus_per_node)
+    return Plan("head" if alloc.node_rank == 0 else "worker", f"{alloc.head_address}:{port}",
                 nnodes, alloc.hosts, tuple(start))
 
 
@@ -147,8 +152,31 @@ def _address_cfg(cfg: Mapping[str, Any], env: Mapping[str, str],
     return {**cfg, "address": env["RAY_ADDRESS"]}
 
 
+def node_address(host: str, resolve: Callable[[str], str] = socket.gethostbyname,
+                 run: Callable[..., Any] = subprocess.run) -> str | None:
+    """How the other nodes reach SLURM node `host` when its name does not resolve: the
+    NodeAddr slurm.conf gives it (`scontrol show node`: nodes named apart from their hosts, such
+    as scripts/local_slurm.sh's n1 and n2 on 127.0.0.1). None: use the name (it resolves, or
+    nothing better is known and the join's timeout names the host)."""
+    try:
+        resolve(host)
+        return None
+    except OSError:
+        pass
+    try:
+        shown = run(["scontrol", "-o", "show", "node", host], capture_output=True, text=True,
+                    timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"\bNodeAddr=(\S+)", shown.stdout or "")
+    return found.group(1) if shown.returncode == 0 and found else None
+
+
 def plan_from_env(cfg: Mapping[str, Any], nnodes: int, gpus_per_node: int,
-                  env: Mapping[str, str]) -> Plan:
-    """`plan` for this process: the allocation and RAY_ADDRESS read from `env`."""
+                  env: Mapping[str, str], cpus_per_node: int | None = None) -> Plan:
+    """`plan` for this process: the allocation and RAY_ADDRESS read from `env`, the head's
+    address looked up when its name does not resolve."""
     alloc = SlurmAllocation.from_env(env)
-    return plan(_address_cfg(cfg, env, alloc), nnodes, gpus_per_node, alloc)
+    if alloc is not None and alloc.nnodes > 1:
+        alloc = alloc.with_head_address(node_address)
+    return plan(_address_cfg(cfg, env, alloc), nnodes, gpus_per_node, alloc, cpus_per_node)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _BRACKETS = re.compile(r"\[([^\[\]]*)\]")
 _NUMBER = re.compile(r"[0-9]+")
@@ -110,10 +110,23 @@ class SlurmAllocation:
     nnodes: int
     gpus_per_node: int | None = None
     cpus_per_task: int | None = None
+    head_addr: str | None = None     # how to reach the head when its name does not resolve
 
     @property
     def head_host(self) -> str:
         return self.hosts[0]
+
+    @property
+    def head_address(self) -> str:
+        """The head's host as the other nodes reach it: its NodeAddr when one was looked up
+        (`with_head_address`), else its name."""
+        return self.head_addr or self.head_host
+
+    def with_head_address(self, lookup: Callable[[str], str | None]) -> SlurmAllocation:
+        """This allocation with the head's address from `lookup(head_host)` (None: its name)."""
+        if not self.hosts:
+            return self
+        return replace(self, head_addr=lookup(self.head_host))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str],
