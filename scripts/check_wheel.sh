@@ -14,7 +14,13 @@ trap 'rm -rf "$work"' EXIT
 . "$work/venv/bin/activate"
 python -m pip install -q --upgrade pip
 python -m pip wheel -q --no-deps "$repo" -w "$work/dist"
-python -m pip install -q torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu  # as the README
+# torch as the README installs it: PyTorch's CPU wheels, where that index resolves (offline
+# mirrors such as the CI machine's serve torch from pip's own indexes)
+torch_index=()
+if python -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" 2>/dev/null; then
+    torch_index=(--extra-index-url https://download.pytorch.org/whl/cpu)
+fi
+python -m pip install -q torch==2.13.0 "${torch_index[@]}"
 python -m pip install -q "$work"/dist/hacrl-*.whl
 cd "$work"  # nothing of the clone is importable from here
 python - <<'PY'

@@ -92,6 +92,12 @@ GROUPS: dict[str, Group] = {
                        "tests/test_analysis.py")),
     "verl": Group(("hacrl/engines/verl/batch.py", "hacrl/engines/verl/worker_loss.py"),
                   ("tests/test_verl_engine.py",)),
+    # the multi-node path: SLURM's allocation -> the Ray plan -> the `ray start` nodes -> the
+    # job's connection, and a lost worker as one EngineError (their fast tests; the two-node
+    # jobs themselves are cluster tests)
+    "ray": Group(("hacrl/engines/verl/slurm_allocation.py", "hacrl/engines/verl/ray_plan.py",
+                  "hacrl/engines/verl/ray_nodes.py", "hacrl/engines/verl/ray_cluster.py"),
+                 ("tests/test_verl_ray_cluster.py",)),
 }
 
 def _mutmut() -> str | None:

@@ -495,7 +495,7 @@ def test_a_worker_that_dies_under_a_call_is_one_engine_error_naming_the_agent() 
     pytest.importorskip("ray")
     import ray.exceptions as rex
 
-    from hacrl.engines.verl.engine import _worker_faults
+    from hacrl.engines.verl.ray_nodes import worker_faults
     from hacrl.errors import EngineError
 
     class Stand:
@@ -504,7 +504,7 @@ def test_a_worker_that_dies_under_a_call_is_one_engine_error_naming_the_agent() 
         def __init__(self, err: Exception) -> None:
             self.err = err
 
-        @_worker_faults
+        @worker_faults
         def train_minibatch(self) -> None:
             raise self.err
 

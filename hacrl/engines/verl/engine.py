@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -49,7 +47,7 @@ from hacrl.engines.verl.generation import (
 )
 from hacrl.engines.verl.job_cluster import CPU_VLLM_REPLICAS, VerlCluster
 from hacrl.engines.verl.parquet import source_name, write_parquet
-from hacrl.engines.verl.ray_nodes import lost_ray_worker, placement_line
+from hacrl.engines.verl.ray_nodes import placement_line, worker_faults
 from hacrl.engines.verl.translate import agent_verl_config, validate_verl_config
 from hacrl.engines.verl.update_metrics import actor_metrics
 from hacrl.engines.verl.worker_loss import (
@@ -58,26 +56,7 @@ from hacrl.engines.verl.worker_loss import (
     loss_callable,
     reported_metrics,
 )
-from hacrl.errors import EngineError
 from hacrl.rollout import SamplingParams, TokenView, eos_id
-
-
-def _worker_faults(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A Ray worker that died under `method` (a node that left a multi-node job, a worker
-    killed for memory) is one EngineError naming the agent and what to do, not Ray's trace."""
-    @functools.wraps(method)
-    def guarded(self: VerlEngine, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as err:
-            if (what := lost_ray_worker(err)) is None:
-                raise
-            raise EngineError(
-                f"{self.context.agent_name}: a verl worker died during {method.__name__} "
-                f"({what}); on a multi-node job, a node left the Ray cluster (its SLURM task "
-                f"log says why); rerun the same command: the job resumes from its newest "
-                f"checkpoint") from err
-    return guarded
 
 
 class VerlEngine(Engine):
@@ -146,7 +125,7 @@ class VerlEngine(Engine):
             self.config, self.workers, pool, self.context.agent_index, self.world_size)
 
     # -- sampling ---------------------------------------------------------------------------
-    @_worker_faults
+    @worker_faults
     def generate(self, prompt_ids: list[list[int]], n: int,
                  sampling: SamplingParams) -> list[list[Generation]]:
         if self.rollout == "hf":
@@ -197,7 +176,7 @@ class VerlEngine(Engine):
         return per_prompt(rows, len(prompt_ids), n, self.stop_ids)
 
     # -- log-probs ----------------------------------------------------------------------------
-    @_worker_faults
+    @worker_faults
     def log_probs(self, views: list[TokenView], reference: bool = False) -> list[Tensor]:
         from verl.utils import tensordict_utils as tu
 
@@ -217,7 +196,7 @@ class VerlEngine(Engine):
         return out
 
     # -- training -----------------------------------------------------------------------------
-    @_worker_faults
+    @worker_faults
     def train_minibatch(self, views: list[TokenView], batch: LossBatch,
                         loss_fn: MiniBatchLoss) -> dict[str, float]:
         from verl.utils import tensordict_utils as tu
@@ -269,11 +248,11 @@ class VerlEngine(Engine):
         return out
 
     # -- state --------------------------------------------------------------------------------
-    @_worker_faults
+    @worker_faults
     def save(self, directory: Path) -> None:
         save_agent(self.workers, directory, self.version)
 
-    @_worker_faults
+    @worker_faults
     def load(self, directory: Path) -> None:
         self.version = load_agent(self.workers, directory)
         self.served_version = None  # the standalone replicas (CPU vLLM) need the loaded weights

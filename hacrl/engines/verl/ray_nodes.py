@@ -12,6 +12,7 @@ Ray is imported inside functions only: hacrl installs and runs without it.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import re
 import signal
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.engines.verl.ray_plan import Plan
+from hacrl.errors import EngineError
 
 # Waits, in seconds; module constants (read at call time) so tests can shorten them.
 HEAD_START_S = 180.0    # `ray start --head` until its port accepts connections
@@ -291,6 +293,25 @@ def lost_ray_worker(err: BaseException) -> str | None:
             first = next((line for line in text.splitlines() if line.strip()), text)
             return f"a collective lost its peer: {_one_line(first)}"
     return None
+
+
+def worker_faults(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorates an engine method: a Ray worker that died under it (a node that left a
+    multi-node job, a worker killed for memory) is one EngineError naming the agent
+    (`self.context.agent_name`) and what to do, not Ray's trace."""
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as err:
+            if (what := lost_ray_worker(err)) is None:
+                raise
+            raise EngineError(
+                f"{self.context.agent_name}: a verl worker died during {method.__name__} "
+                f"({what}); on a multi-node job, a node left the Ray cluster (its SLURM task "
+                f"log says why); rerun the same command: the job resumes from its newest "
+                f"checkpoint") from err
+    return guarded
 
 
 def placement_line(actors: Sequence[Any]) -> str:
