@@ -115,3 +115,17 @@ def test_status_table_shows_what_a_running_cell_does() -> None:
             {"status": "done", "cell": "b", "what": "gspo size s0", "seconds": 35.2}]
     table = format_table(rows)
     assert "training step 4/20, 1:05" in table and " 35 s " in table
+
+
+def test_cells_queued_in_slurm_count_as_pending_until_their_job_begins(tmp_path: Path) -> None:
+    """A job array marks every cell started at submit; SLURM runs a few at a time. A cell whose
+    job has not written its state yet is pending in the block, as in `hacrl status`."""
+    cells = [_cell("a"), _cell("b"), _cell("c")]
+    live = LiveProgress("t", cells, tmp_path, parallel=2, out=io.StringIO(), tty=False)
+    for cell in cells:
+        live.started_cell(cell.id)
+    _state(tmp_path, "a", phase="training", step=2, steps=20)
+    _state(tmp_path, "c", status="done")
+    lines = live.lines()
+    assert lines[0].startswith("[hacrl sweep] t: 1 done, 1 running, 1 pending · ")
+    assert len(lines) == 2 and " a " in lines[1] and "training step 2/20" in lines[1]

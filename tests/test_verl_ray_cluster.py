@@ -8,6 +8,7 @@ one-node Ray head where Ray is installed.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -485,6 +486,11 @@ def test_each_cpu_ray_node_declares_exactly_one_nodes_share_of_the_pools() -> No
     split = compose([*base, "engine.cpu_workers=4", "engine.placement=split"])
     assert ray_node_shape(split, 2) == (0, 2 * 2 * 3)    # a pool per agent, 2 workers each
     assert ray_node_shape(compose(["engine=verl", "engine.gpus_per_node=4"]), 2) == (4, None)
+    # a worker node sizes itself for the team the head trains: a pair, or one agent alone
+    from hacrl.engines.verl.job_cluster import team_size
+
+    assert team_size(compose([*base, "pair=size", "method=hacpo"])) == 2
+    assert team_size(compose([*base, "pair=size", "method=gspo"])) == 1
     start = plan(CFG, 2, 0, _alloc(1), cpus_per_node=3).start
     assert "--num-cpus=3" in start and "--num-gpus=0" in start and "--num-cpus=64" not in start
 
@@ -526,3 +532,353 @@ def test_a_worker_that_dies_under_a_call_is_one_engine_error_naming_the_agent() 
         Stand(other_task_error).train_minibatch()
     with pytest.raises(ValueError, match="not Ray's"):  # any other error goes through as it is
         Stand(ValueError("not Ray's")).train_minibatch()
+
+
+# -- edges the mutation run (scripts/mutation.py ray) found untested -------------------------
+
+def test_node_list_errors_name_the_whole_list_and_single_ranges_expand() -> None:
+    assert expand_nodelist("gpu[3-3]") == ["gpu3"]
+    for bad in ("gpu[01-03", "x,gpu[5-3]", "a,gpu[a]"):
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+            expand_nodelist(bad)
+
+
+def test_node_count_spellings_and_a_job_without_a_node_list() -> None:
+    base = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "a,b,c"}
+    for extra, nnodes in (({"SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "4"}, 2),
+                          ({"SLURM_NNODES": "4"}, 4), ({}, 3)):
+        alloc = SlurmAllocation.from_env({**base, **extra})
+        assert alloc is not None and alloc.nnodes == nnodes, extra
+    bare = SlurmAllocation.from_env({"SLURM_JOB_ID": "5"})
+    assert bare is not None and (bare.hosts, bare.nnodes, bare.node_rank) == ((), 1, 0)
+
+
+def test_plan_from_env_looks_up_the_head_of_multi_node_jobs_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    looked: list[str] = []
+
+    def lookup(host: str) -> str:
+        looked.append(host)
+        return "127.0.0.9"
+
+    monkeypatch.setattr(rp, "node_address", lookup)
+    one = _slurm_env(SLURM_JOB_NODELIST="n1", SLURM_JOB_NUM_NODES="1")
+    assert rp.plan_from_env(CFG, 1, 8, one) == Plan("local", "local", 1) and looked == []
+    # a one-node allocation takes RAY_ADDRESS from the environment: it joins that cluster
+    assert rp.plan_from_env(CFG, 1, 8, {**one, "RAY_ADDRESS": "10.0.0.1:6379"}) == Plan(
+        "join", "10.0.0.1:6379", 1)
+    two = rp.plan_from_env(CFG, 2, 8, _slurm_env(SLURM_JOB_NODELIST="n[1-2]"), cpus_per_node=6)
+    assert two.address == "127.0.0.9:6379" and looked == ["n1"]
+    assert "--num-cpus=6" in two.start and not any(a.startswith("--temp-dir") for a in two.start)
+
+
+def test_allocation_errors_list_the_hosts() -> None:
+    with pytest.raises(ConfigError, match=r"has 2 node\(s\) \(gpu01,gpu02\)"):
+        plan(CFG, 4, 8, _alloc(0))
+    with pytest.raises(ConfigError, match=r"lists 2 host\(s\) \(gpu01,gpu02\) for 3 node"):
+        plan(CFG, 3, 8, SlurmAllocation("42", ("gpu01", "gpu02"), 0, 3))
+    with pytest.raises(ConfigError, match=r"and this is node 2;"):   # a rank past the list
+        plan(CFG, 2, 8, SlurmAllocation("42", ("gpu01", "gpu02"), 2, 2))
+    with pytest.raises(ConfigError, match=r"holds 2 \(gpu01,gpu02\)"):
+        plan({**CFG, "address": "h:1"}, 2, 8, _alloc(0))
+
+
+def _unknown(host: str) -> str:
+    raise socket.gaierror(f"{host}: Name or service not known")
+
+
+def test_node_address_asks_the_real_scontrol_and_gives_up_on_a_silent_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "scontrol"
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+    def scontrol(script: str) -> None:
+        fake.write_text(f"#!/bin/sh\n{script}\n")
+        fake.chmod(0o755)
+
+    scontrol("echo 'NodeName=n1 Arch=x86_64 NodeAddr=10.1.2.3 NodeHostName=host1'")
+    assert rp.node_address("n1", _unknown) == "10.1.2.3"
+    scontrol("echo 'NodeName=n1 NodeAddr=10.9.9.9'; exit 1")   # only a clean answer counts
+    assert rp.node_address("n1", _unknown) is None
+    monkeypatch.setattr(rp, "SCONTROL_TIMEOUT_S", 0.5)
+    scontrol("exec sleep 60")
+    assert rp.node_address("n1", _unknown) is None
+
+
+def test_auth_mode_set_here_and_in_an_imported_ray(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    assert rc.auth_mode({"RAY_AUTH_MODE": "token"}, home=tmp_path) == "token"
+    initialized: list[Any] = []
+    raylet = types.SimpleNamespace(Config=types.SimpleNamespace(initialize=initialized.append))
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    monkeypatch.setitem(sys.modules, "ray._raylet", raylet)
+    env: dict[str, str] = {}
+    rc.use_auth_mode("token", env)       # another mapping: Ray's config is not this process's
+    assert env == {"RAY_AUTH_MODE": "token"} and initialized == []
+    monkeypatch.setenv("RAY_AUTH_MODE", "before")
+    rc.use_auth_mode("disabled")         # this process, Ray imported: Ray re-reads its config
+    assert os.environ["RAY_AUTH_MODE"] == "disabled" and initialized == [""]
+    monkeypatch.delitem(sys.modules, "ray")
+    rc.use_auth_mode("token")            # Ray not imported: it reads the variable when it is
+    assert os.environ["RAY_AUTH_MODE"] == "token" and initialized == [""]
+
+
+def test_connect_passes_the_node_shape_and_one_auth_mode_to_the_nodes(
+        fast: None, monkeypatch: pytest.MonkeyPatch, head_port: socket.socket) -> None:
+    asked: list[dict[str, Any]] = []
+
+    def start(*args: Any, **kwargs: Any) -> list[str]:
+        asked.append(kwargs)
+        return list(_python("raise SystemExit(0)"))
+
+    monkeypatch.setattr(rp, "ray_start_commands", start)
+    env = _slurm_env(SLURM_JOB_NODELIST="127.0.0.1,gpu02", SLURM_NODEID="1",
+                     RAY_AUTH_TOKEN="secret")
+    with pytest.raises(rc.WorkerNodeFinished):
+        rc.connect({**CFG, "port": _port(head_port)}, 2, 0, env, cpus_per_node=6)
+    assert asked[0]["num_cpus"] == 6 and env["RAY_AUTH_MODE"] == "token"
+    local: dict[str, str] = {"RAY_AUTH_TOKEN": "secret"}
+    assert rc.connect(CFG, 1, 8, local) == "local" and "RAY_AUTH_MODE" not in local
+
+
+def test_a_second_connect_in_the_head_process_sets_ray_address_too(
+        fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = _fake_head(monkeypatch)
+    monkeypatch.setattr(rc, "wait_for_nodes", lambda address, n, hosts: None)
+    try:
+        env = _slurm_env(SLURM_JOB_NODELIST="127.0.0.1,gpu02", RAY_AUTH_TOKEN="secret")
+        rc.connect({**CFG, "port": port}, 2, 8, env)
+        assert env["RAY_AUTH_MODE"] == "token"   # the head's `ray start` and driver: one mode
+        again: dict[str, str] = {}
+        rc.connect({**CFG, "port": port}, 2, 8, again)
+        assert again == {"RAY_ADDRESS": f"127.0.0.1:{port}"}
+    finally:
+        rn.shutdown()
+
+
+def test_one_line_strips_colours_and_marks_what_it_cut() -> None:
+    assert rn._one_line("\x1b[31mred\x1b[0m  a\n b") == "red a b"
+    assert rn._one_line("x" * 6, limit=5) == "xxxxx..."
+    assert rn._one_line("x" * 5, limit=5) == "xxxxx"
+    assert rn._one_line("y" * 241) == "y" * 240 + "..."
+
+
+def test_lost_worker_lines_name_the_error_and_read_a_task_error_without_cause() -> None:
+    pytest.importorskip("ray")
+    import ray.exceptions as rex
+
+    line = rn.lost_ray_worker(rex.NodeDiedError("node 3f2a died\nmore lines"))
+    assert line is not None and line.startswith("NodeDiedError: ") and "3f2a died more" in line
+    no_cause = rex.RayTaskError("update", "Traceback: ... Connection reset by peer ...", None)
+    assert rn.lost_ray_worker(no_cause) == (
+        "a collective lost its peer: Traceback: ... Connection reset by peer ...")
+
+
+def test_missing_hosts_compare_short_names_of_fully_qualified_hosts() -> None:
+    alive = [{"NodeManagerHostname": "gpu01", "NodeManagerAddress": "10.0.0.1"}]
+    assert rn.missing_hosts(["gpu01.cluster.org", "gpu02"], alive, lambda host: None) == ["gpu02"]
+    assert "missing: unknown (a cluster hacrl did not start)." in rn._missing_message(
+        "h:1", 2, [], alive)
+    assert "missing: gpu02, gpu03." in rn._missing_message("h:1", 3, ["gpu01", "gpu02", "gpu03"],
+                                                           alive)
+
+
+def test_waiting_for_nodes_returns_once_enough_are_alive_and_names_the_cluster(
+        fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rn, "NODES_WAIT_S", 5.0)
+    polls: list[int] = []
+
+    def joining() -> list[dict[str, Any]]:   # the second node joins on the third poll
+        polls.append(1)
+        return [{"Alive": True}, {"Alive": len(polls) >= 3}, {"Alive": False}]
+
+    rn.wait_for_nodes("h:1", 2, (), joining)
+    assert len(polls) == 3
+    monkeypatch.setattr(rn, "NODES_WAIT_S", 0.2)
+    with pytest.raises(rn.RayClusterError, match=r"^Ray cluster at h:1: 1 of 2 nodes alive"):
+        rn.wait_for_nodes("h:1", 2, (), lambda: [{"Alive": True}])
+
+
+def test_the_ray_next_to_this_python_runs_whatever_path_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    assert rn._resolve(["ray", "start"]) == ["ray", "start"]      # none there: PATH's
+    (tmp_path / "ray").write_text("")
+    assert rn._resolve(["ray", "start"]) == [str(tmp_path / "ray"), "start"]
+    assert rn._resolve(["python", "ray"]) == ["python", "ray"]
+    assert rn._split("fe80::1:6379") == ("fe80::1", 6379)
+
+
+def test_stopping_a_ray_start_asks_first_and_kills_one_that_ignores_it(
+        fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    polite = rn._launch(_python("import time; time.sleep(60)"))
+    threading.Event().wait(0.3)
+    rn._stop(polite)
+    assert polite.returncode == -signal.SIGTERM
+    monkeypatch.setattr(rn, "STOP_S", 0.5)
+    deaf = subprocess.Popen(_python("import signal, time\n"
+                                    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                    "print('ready', flush=True); time.sleep(60)"),
+                            stdout=subprocess.PIPE, start_new_session=True)
+    assert deaf.stdout is not None and deaf.stdout.readline() == b"ready\n"
+    rn._stop(deaf)
+    assert deaf.returncode == -signal.SIGKILL
+
+
+@pytest.fixture
+def head_elsewhere() -> Iterator[socket.socket]:
+    """The head's port on 127.0.0.2 (another address of this host): a check that forgot the
+    head's host would reach 127.0.0.1 and find it closed."""
+    server = socket.create_server(("127.0.0.2", 0))
+    yield server
+    server.close()
+
+
+def test_a_worker_node_watches_the_heads_own_host(
+        fast: None, head_elsewhere: socket.socket, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    port = _port(head_elsewhere)
+    address = f"127.0.0.2:{port}"
+    monkeypatch.setattr(rn, "HEAD_GONE_S", 0.3)
+    # ray start ends by itself while the head's port stays open: not "head gone"
+    ends = rn._launch(_python("import time; time.sleep(1.0)"))
+    assert rn._serve_until_head_gone(ends, "127.0.0.2", port) is False
+    # a worker whose ray start ends by itself while the head stays: it ends with its exit code
+    p = Plan("worker", address, 2, start=_python("import time; time.sleep(1.0)"))
+    assert rn.serve_as_worker(p) == 0
+    assert f"hacrl: this node joins the Ray head at {address} as a worker node" in (
+        capsys.readouterr().err)
+    # interrupted while serving: the node is asked to leave (SIGTERM), not killed
+    def interrupted(*_: Any) -> bool:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(rn, "_serve_until_head_gone", interrupted)
+    sleeper = Plan("worker", address, 2, start=_python("import time; time.sleep(60)"))
+    launched: list[Any] = []
+    real_launch = rn._launch
+
+    def launch(argv: Any) -> Any:
+        launched.append(real_launch(argv))
+        return launched[-1]
+
+    monkeypatch.setattr(rn, "_launch", launch)
+    with pytest.raises(KeyboardInterrupt):
+        rn.serve_as_worker(sleeper)
+    assert launched[0].returncode == -signal.SIGTERM
+
+
+def test_a_head_gone_is_noticed_only_after_head_gone_s(fast: None,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    probe = socket.create_server(("127.0.0.2", 0))
+    port = _port(probe)
+    probe.close()
+    monkeypatch.setattr(rn, "HEAD_GONE_S", 0.5)
+    node = rn._launch(_python("import time; time.sleep(60)"))
+    try:
+        tic = time.monotonic()
+        assert rn._serve_until_head_gone(node, "127.0.0.2", port) is True
+        assert time.monotonic() - tic >= 0.5   # a lower bound the code promises, not a speed
+    finally:
+        rn._stop(node, graceful=False)
+
+
+def test_a_fake_head_on_another_address_starts_and_registers_one_exit_hook(
+        fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    probe = socket.create_server(("127.0.0.2", 0))
+    port = _port(probe)
+    probe.close()
+    code = ("import socket, sys, time\n"
+            "s = socket.create_server(('127.0.0.2', int(sys.argv[1])))\n"
+            "time.sleep(60)\n")
+    p = Plan("head", f"127.0.0.2:{port}", 2, start=(sys.executable, "-c", code, str(port)))
+    hooks: list[Any] = []
+    monkeypatch.setattr(rn, "atexit", types.SimpleNamespace(
+        register=hooks.append, unregister=lambda f: hooks.remove(f) if f in hooks else None))
+    try:
+        for _ in range(3):
+            rn.start_head(p)
+            rn.shutdown()
+        assert hooks == [rn.shutdown]   # one hook, not one per head
+    finally:
+        rn.shutdown()
+
+
+def test_a_head_that_dies_at_start_is_reported_when_it_dies(
+        fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # with a long start budget, only watching the process ends the wait early
+    monkeypatch.setattr(rn, "HEAD_START_S", 300.0)
+    p = Plan("head", "127.0.0.1:1", 2, start=_python("raise SystemExit(5)"))
+    with pytest.raises(rn.RayClusterError, match=r"exit code 5"):
+        rn.start_head(p)
+
+
+def test_a_port_that_never_answers_is_closed_after_connect_timeout_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head behind a host that drops packets: each look at its port gives up in time (here a
+    listener whose backlog is full, so the kernel drops further connection attempts)."""
+    full = socket.socket()
+    full.bind(("127.0.0.2", 0))
+    full.listen(0)
+    port = _port(full)
+    first = socket.create_connection(("127.0.0.2", port), timeout=1.0)
+    monkeypatch.setattr(rn, "CONNECT_TIMEOUT_S", 0.3)
+    try:
+        assert rn._port_open("127.0.0.2", port) is False
+    finally:
+        first.close()
+        full.close()
+
+
+def test_waiting_and_placement_through_rays_api(fast: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calls into Ray itself (connect to the head, ray.nodes, the actors' node ids), with
+    Ray's API stood in for: the real Ray runs them in the slow and cluster tests."""
+    import types
+
+    calls: list[tuple[Any, ...]] = []
+    connected = {"now": False}
+    here = {"node": ""}
+    ray = types.ModuleType("ray")
+
+    def init(address: str | None = None, log_to_driver: bool = True) -> None:
+        calls.append(("init", address))
+        connected["now"] = True
+
+    def shutdown() -> None:
+        calls.append(("shutdown",))
+        connected["now"] = False
+
+    ray.is_initialized = lambda: connected["now"]  # type: ignore[attr-defined]
+    ray.init, ray.shutdown = init, shutdown  # type: ignore[attr-defined]
+    ray.nodes = lambda: [  # type: ignore[attr-defined]
+        {"Alive": True, "NodeManagerHostname": "a", "NodeManagerAddress": "10.0.0.1"},
+        {"Alive": True, "NodeManagerHostname": "b", "NodeManagerAddress": "10.0.0.2"}]
+    ray.get = lambda refs: list(refs)  # type: ignore[attr-defined]
+    ray.get_runtime_context = lambda: types.SimpleNamespace(  # type: ignore[attr-defined]
+        get_node_id=lambda: here["node"])
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    rn.wait_for_nodes("h:9", 2, ("a", "b"))
+    assert calls == [("init", "h:9"), ("shutdown",)]
+    monkeypatch.setattr(rn, "NODES_WAIT_S", 0.0)
+    with pytest.raises(rn.RayClusterError,
+                       match=r"^Ray cluster at h:9: 2 of 3 nodes alive.*missing: c\."):
+        rn.wait_for_nodes("h:9", 3, ("a", "b", "c"))
+
+    class Actor:
+        def __init__(self, node: str) -> None:
+            def remote(function: Any) -> Any:
+                here["node"] = node      # the call runs in the actor, on its node
+                return function(self)
+            self.__ray_call__ = types.SimpleNamespace(remote=remote)
+
+    line = rn.placement_line([Actor("0123456789abcdef"), Actor("fedcba9876543210"),
+                              Actor("0123456789abcdef")])
+    assert line == ("verl workers rank 0 on node 01234567, rank 1 on node fedcba98, "
+                    "rank 2 on node 01234567 (2 node(s))")

@@ -70,6 +70,16 @@ class Tally:
                    + counts["running"] else ""))
 
 
+def _shown_status(status: str, state: dict[str, Any] | None) -> str:
+    """A cell's status in the block: its state file's when finished, pending while the job of
+    a cell marked running has not written one yet."""
+    if state and state.get("status") in FINISHED:
+        return str(state["status"])
+    if status == "running" and not state:
+        return "pending"
+    return status
+
+
 def running_line(cell: Cell, state: dict[str, Any]) -> str:
     started = state.get("started")
     ran = f"  {duration(time.time() - started)}" if isinstance(started, int | float) else ""
@@ -136,9 +146,9 @@ class LiveProgress:
         states = {cid: read_json(cell_state_path(self.sweep_dir, cid))
                   for cid, s in self.status.items() if s == "running"}
         # a job array's cells end while the launcher waits for all of them: their state files
-        # say so first
-        status = {cid: states[cid]["status"] if states.get(cid, {}).get("status") in FINISHED
-                  else s for cid, s in self.status.items()}
+        # say so first; a cell submitted whose job has not begun (no state file: SLURM keeps it
+        # queued) is pending, as `hacrl status` and squeue say, not running
+        status = {cid: _shown_status(s, states.get(cid)) for cid, s in self.status.items()}
         head = self.tally.summary(self.name, status, states, self.cells,
                                   time.time() - self.started)
         return [f"[hacrl sweep] {head}",

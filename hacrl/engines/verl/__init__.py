@@ -63,14 +63,14 @@ def before_job(cfg: Any) -> dict[str, Any] | None:
     the head's cluster until it ends, and train nothing (no runs, no run directory)."""
     import os
 
-    from hacrl.engines.verl.job_cluster import ray_node_shape
+    from hacrl.engines.verl.job_cluster import ray_node_shape, team_size
     from hacrl.engines.verl.ray_cluster import auth_mode, use_auth_mode
     from hacrl.engines.verl.ray_nodes import serve_as_worker
     from hacrl.engines.verl.ray_plan import plan_from_env
 
     e = cfg.engine
-    # the head declares its node for the job's agents; a worker node the same
-    gpus, cpus = ray_node_shape(cfg, len(cfg.agents))
+    # the head declares its node for the team it trains; a worker node the same
+    gpus, cpus = ray_node_shape(cfg, team_size(cfg))
     plan = plan_from_env(e.ray, int(e.nnodes), gpus, os.environ, cpus)
     if plan.role != "worker":
         return None

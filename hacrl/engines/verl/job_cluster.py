@@ -127,6 +127,16 @@ def colocate_count(n_agents: int) -> int:
     return max(3, n_agents + 1)
 
 
+def team_size(cfg: DictConfig) -> int:
+    """The agents one job's cluster serves at a time, as the job builds its teams: all of
+    them for a method that shares rollouts, else 1 (each agent trains alone). A worker node
+    sizes itself with it before any engine exists."""
+    from hacrl.algo import METHODS
+
+    method = METHODS.get(str(cfg.method.name))
+    return len(cfg.agents) if method is None or method.shares_rollouts else 1
+
+
 def ray_node_shape(cfg: DictConfig, n_agents: int) -> tuple[int, int | None]:
     """(GPUs, CPUs) each `ray start` node of a multi-node job declares to Ray.
 
@@ -167,5 +177,5 @@ def activate_plugins(cfg: DictConfig) -> None:
 
 
 
-__all__ = ["CPU_VLLM_REPLICAS", "VerlCluster", "activate_plugins", "colocate_count", "ray_node_shape",
-           "verl_environment"]
+__all__ = ["CPU_VLLM_REPLICAS", "VerlCluster", "activate_plugins", "colocate_count",
+           "ray_node_shape", "team_size", "verl_environment"]

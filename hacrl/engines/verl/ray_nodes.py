@@ -35,6 +35,7 @@ NODES_WAIT_S = 600.0    # the head until every worker node has joined
 HEAD_WAIT_S = 900.0     # a worker node until the head's port opens (rank 0 may start late)
 HEAD_GONE_S = 60.0      # a worker node ends once the head's port has been closed this long
 POLL_S = 2.0
+CONNECT_TIMEOUT_S = 2.0  # one look at the head's port (a host that drops packets never answers)
 STOP_S = 60.0           # a `ray start --block` child after SIGTERM, before SIGKILL
 
 NodeInfo = Mapping[str, Any]   # one entry of ray.nodes()
@@ -75,7 +76,7 @@ def _split(address: str) -> tuple[str, int]:
 
 def _port_open(host: str, port: int) -> bool:
     try:
-        with socket.create_connection((host, port), timeout=2.0):
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
             return True
     except OSError:
         return False
@@ -260,8 +261,10 @@ def missing_hosts(hosts: Sequence[str], alive: Sequence[NodeInfo],
     """The hosts with no live Ray node: matched by short hostname or by IP address."""
     seen: set[str] = set()
     for node in alive:
-        seen.add(str(node.get("NodeManagerHostname", "")).split(".")[0])
-        seen.add(str(node.get("NodeManagerAddress", "")))
+        if name := node.get("NodeManagerHostname"):
+            seen.add(str(name).split(".")[0])
+        if address := node.get("NodeManagerAddress"):
+            seen.add(str(address))
     return [host for host in hosts
             if host.split(".")[0] not in seen and resolve(host) not in seen]
 

@@ -152,6 +152,9 @@ def _address_cfg(cfg: Mapping[str, Any], env: Mapping[str, str],
     return {**cfg, "address": env["RAY_ADDRESS"]}
 
 
+SCONTROL_TIMEOUT_S = 30.0   # a controller that does not answer: use the name (module constant)
+
+
 def node_address(host: str, resolve: Callable[[str], str] = socket.gethostbyname,
                  run: Callable[..., Any] = subprocess.run) -> str | None:
     """How the other nodes reach SLURM node `host` when its name does not resolve: the
@@ -165,7 +168,7 @@ def node_address(host: str, resolve: Callable[[str], str] = socket.gethostbyname
         pass
     try:
         shown = run(["scontrol", "-o", "show", "node", host], capture_output=True, text=True,
-                    timeout=30)
+                    timeout=SCONTROL_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
     found = re.search(r"\bNodeAddr=(\S+)", shown.stdout or "")

@@ -48,9 +48,7 @@ def _split_items(nodelist: str) -> list[str]:
 
 def _expand_item(item: str, nodelist: str) -> list[str]:
     """One name with bracket groups -> every hostname it stands for."""
-    parts = _BRACKETS.split(item)   # literal, range, literal, range, ..., literal
-    if any("[" in lit or "]" in lit for lit in parts[0::2]):
-        raise ValueError(f"SLURM node list {nodelist!r}: unbalanced brackets in {item!r}")
+    parts = _BRACKETS.split(item)   # literal, range, ...: _split_items let no stray bracket by
     choices = [[part] if i % 2 == 0 else _expand_ranges(part, nodelist)
                for i, part in enumerate(parts)]
     return ["".join(names) for names in itertools.product(*choices)]
