@@ -13,13 +13,13 @@ step's own shapes replayed as bare model calls, as `hacrl bench floor` does) and
 from __future__ import annotations
 
 import statistics
-import sys
 
 import torch
 
 from hacrl.compute_floor import STEP_PHASES as PHASES
 from hacrl.compute_floor import FloorMeter, close, phase_seconds, print_floor_table, team_loops
 from hacrl.config import ConfigError, JobSpec, compose, validate
+from hacrl.errors import print_error
 from hacrl.loop import seed_everything
 
 
@@ -37,7 +37,7 @@ def step_cost(overrides: list[str], repeats: int = 3) -> int:
     try:
         specs = _specs(overrides)
     except ConfigError as err:
-        print(f"hacrl: config error: {err}", file=sys.stderr)
+        print_error(err, "hacrl: config error: ")
         return 2
     hacpo = specs["hacpo", "engine"]
     engine = str(hacpo.cfg.engine.name)

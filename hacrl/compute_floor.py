@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ import torch
 from hacrl.config import ConfigError, JobSpec, compose, validate
 from hacrl.engines.base import Engine
 from hacrl.engines.prompt_sharing import prompt_sharing_applies, prompt_sharing_logprobs
+from hacrl.errors import print_error
 from hacrl.job import agent_engine, job_dir, loop_settings
 from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.rollout import TokenView
@@ -304,7 +304,7 @@ def floor_report(overrides: list[str], repeats: int = 3) -> int:
                               "engine's models in this process; use engine=local")
         spec = validate(cfg)
     except ConfigError as err:
-        print(f"hacrl: config error: {err}", file=sys.stderr)
+        print_error(err, "hacrl: config error: ")
         return 2
     reals, floors = measure(spec, repeats)
     agents = ", ".join(a.name for a in spec.agents)

@@ -231,19 +231,19 @@ def check_zoo_draw(cfg: DictConfig, index: int, name: str, local: Path) -> None:
 def validate(cfg: DictConfig) -> JobSpec:
     """Check everything that can be checked before starting; return the job's spec."""
     from hacrl.config_leaves import check_leaf_types
+    from hacrl.config_ranges import check_leaf_ranges
 
     check_leaf_types(cfg, default_kinds())  # every leaf's type first: the checks below rely on it
+    check_leaf_ranges(cfg)  # then every leaf's range (hacrl.config_ranges.RANGES)
     method = _method(cfg)
     estimator = _method_functions(method)
     agents = _agents(cfg, method)
     _batch_check(cfg, method, estimator)
-    _hyperparameter_check(cfg)
     specs = tuple(AgentSpec(a, model_path(cfg, i, a)) for i, a in enumerate(agents))
+    _token_budget_check(cfg, specs)
     loss = method_settings(cfg, method).loss
-    _validation_check(cfg)
     _eval_check(cfg)
     _task_check(cfg)
-    _engine_check(cfg)
     resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     assert isinstance(resolved, DictConfig)
     output_root = Layout.at(cfg.output_root).root
@@ -274,13 +274,7 @@ def _agents(cfg: DictConfig, method: MethodSpec) -> list[str]:
 def _batch_check(cfg: DictConfig, method: MethodSpec, estimator: AdvantageEstimator) -> None:
     """Step, prompt, mini-batch, rollout and token counts: integers, and mini-batches (as the
     method sizes them) dividing a step's prompts into groups its advantage is defined for."""
-    name = method.name
-    for key in ("train.steps", "train.prompts_per_step", "train.minibatch_prompts",
-                "train.rollouts_per_prompt", "rollout.max_new_tokens"):
-        value = _get(cfg, key)
-        floor = 0 if key == "train.steps" else 1
-        if not isinstance(value, int) or value < floor:
-            raise ConfigError(f"{key}={value}: must be an integer >= {floor}")
+    name = method.name  # the counts themselves are in range (hacrl.config_ranges)
     prompts, mb = cfg.train.prompts_per_step, cfg.train.minibatch_prompts
     if mb % method.minibatch_divisor:
         raise ConfigError(f"train.minibatch_prompts={mb}: method={name} divides it by "
@@ -295,62 +289,31 @@ def _batch_check(cfg: DictConfig, method: MethodSpec, estimator: AdvantageEstima
                           f"{method.advantage})")
 
 
-def _engine_check(cfg: DictConfig) -> None:
-    """The engine's row batch sizes: positive integers (forward_rows may be auto); where the
-    old log-probs of own rows come from (engine.old_logprobs, the local engine)."""
-    choice = cfg.engine.get("old_logprobs")
-    if "old_logprobs" in cfg.engine and choice not in OLD_LOGPROBS:
-        raise ConfigError(f"engine.old_logprobs={choice}: use {' or '.join(OLD_LOGPROBS)}")
-    for key in ("chunk_rows", "forward_rows"):
-        value = cfg.engine.get(key)
-        if key == "forward_rows" and value in (None, "auto"):
-            continue
-        if key in cfg.engine and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise ConfigError(f"engine.{key}={value}: must be an integer >= 1"
-                              + (" or auto" if key == "forward_rows" else ""))
+def _token_budget_check(cfg: DictConfig, agents: tuple[AgentSpec, ...]) -> None:
+    """Every response budget the job uses fits each local agent's positions (config.json's
+    max_position_embeddings): a longer one would preallocate a KV cache the model was never
+    built for (and that may not fit in memory) minutes into the job."""
+    from hacrl.evaluation.protocol import Protocol
 
-
-def _number(cfg: DictConfig, key: str, kind: type = float) -> Any:
-    """`key`'s value as a `kind` (float or int), or one ConfigError naming the key and value."""
-    value = _get(cfg, key)
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and (kind is float or isinstance(value, int)))
-    if not ok:
-        example = "an integer, e.g. 5" if kind is int else "a number, e.g. 0.5 or 1e-4"
-        raise ConfigError(f"{key}={value}: must be {example}")
-    return kind(value)
-
-
-def _hyperparameter_check(cfg: DictConfig) -> None:
-    """The algorithm's numbers and choices (algo.*), rollout.overflow, train.lr and the seed:
-    of their type and in range."""
-    seed = _get(cfg, "seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"seed={seed}: must be an integer >= 0")
-    alpha = _number(cfg, "algo.alpha")
-    if alpha < 0:
-        raise ConfigError(f"algo.alpha={alpha}: must be >= 0 (exponential importance sampling exponent)")
-    lower = _number(cfg, "algo.cross_clip_lower")
-    if not 0.0 < lower <= 1.0:
-        raise ConfigError(f"algo.cross_clip_lower={lower}: must be in (0, 1]")
-    if _number(cfg, "algo.delta_step") < 0:
-        raise ConfigError(f"algo.delta_step={cfg.algo.delta_step}: must be >= 0")
-    if _number(cfg, "algo.capability_window", int) < 1:
-        raise ConfigError(f"algo.capability_window={cfg.algo.capability_window}: K must be >= 1")
-    if _number(cfg, "algo.capability_floor") <= 0:
-        raise ConfigError(f"algo.capability_floor={cfg.algo.capability_floor}: must be > 0")
-    clamp = _get(cfg, "algo.omega_clamp")
-    if clamp is not None and (len(clamp) != 2 or not 0 < clamp[0] <= clamp[1]):
-        raise ConfigError(f"algo.omega_clamp={list(clamp)}: give [low, high] with 0 < low <= high, or null")
-    if _get(cfg, "algo.sample_order") not in ("mixed", "own_first"):
-        raise ConfigError(f"algo.sample_order={cfg.algo.sample_order}: use mixed or own_first")
-    if _get(cfg, "rollout.overflow") not in ("truncate", "error"):
-        raise ConfigError(f"rollout.overflow={cfg.rollout.overflow}: use truncate or error")
-    if _number(cfg, "algo.kl_coef") < 0:
-        raise ConfigError(f"algo.kl_coef={cfg.algo.kl_coef}: must be >= 0")
-    if _number(cfg, "train.lr") <= 0:
-        raise ConfigError(f"train.lr={cfg.train.lr}: must be > 0")
+    budgets = {"rollout.max_new_tokens": int(cfg.rollout.max_new_tokens)}
+    if cfg.validation.every:
+        budgets["validation.max_new_tokens"] = int(cfg.validation.max_new_tokens)
+    if cfg.eval.at_end:
+        for protocol in Protocol.in_use(cfg.eval):
+            budgets[f"eval.protocols.{protocol.name}.max_new_tokens"] = protocol.max_new_tokens
+    for agent in agents:
+        card = Path(agent.path) / "config.json"
+        if not card.is_file():
+            continue  # a hub id: its card is read when the model loads
+        try:
+            positions = json.loads(card.read_text()).get("max_position_embeddings")
+        except (OSError, ValueError):
+            continue  # damaged_weights / the loader name what is wrong with the model
+        for key, tokens in budgets.items():
+            if isinstance(positions, int) and tokens >= positions:
+                raise ConfigError(f"{key}={tokens}: agent {agent.name} ({agent.path}) holds at "
+                                  f"most {positions} positions (max_position_embeddings), prompt "
+                                  f"included; use a budget below {positions}")
 
 
 def _method_functions(method: MethodSpec) -> AdvantageEstimator:
@@ -364,18 +327,6 @@ def _method_functions(method: MethodSpec) -> AdvantageEstimator:
     return get_advantage(method.advantage)
 
 
-def _validation_check(cfg: DictConfig) -> None:
-    """In-loop validation: every k steps (0 = off), on the first `problems` problems or all."""
-    every = _get(cfg, "validation.every")
-    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-        raise ConfigError(f"validation.every={every}: must be an integer >= 0 (0 = no validation)")
-    problems = cfg.validation.get("problems")
-    if problems is not None and (isinstance(problems, bool) or not isinstance(problems, int)
-                                 or problems < 1):
-        raise ConfigError(f"validation.problems={problems}: must be an integer >= 1, or null "
-                          "for the whole benchmark")
-
-
 def _eval_check(cfg: DictConfig) -> None:
     from hacrl.evaluation.protocol import TASK_DIR, Protocol, evaluated_benchmarks, task_name
 
@@ -383,8 +334,6 @@ def _eval_check(cfg: DictConfig) -> None:
         return
     Protocol.in_use(_get(cfg, "eval"))
     evaluated_benchmarks(_get(cfg, "eval"))
-    if _get(cfg, "eval.backend") not in ("hf", "vllm"):
-        raise ConfigError(f"eval.backend={cfg.eval.backend}: use hf (CPU, one GPU) or vllm (GPUs)")
     for bench in _get(cfg, "eval.benchmarks"):
         if not (TASK_DIR / f"{task_name(bench)}.yaml").is_file():
             raise ConfigError(f"eval.benchmarks: {bench} has no lm-eval task in {TASK_DIR}")

@@ -4,9 +4,9 @@ The references are the default compositions (`hacrl train` with no overrides, at
 with each engine): a leaf that is a bool, a number, a string, a list or a mapping there must
 stay one in the job's config (`true` is not a number; a number where a string is expected is
 fine, as in `engine.forward_rows=32` for "auto"; whether a number must be an integer, and its
-range, are checked by the key's own check in `hacrl.config.validate`, since group options differ
-there: one pair's alpha is 3, another's 1.5). null is always accepted here (the key's own check
-says where it is not), and leaves no reference has (`+key=...`) are left to their checks.
+range, are checked next, by `hacrl.config_ranges`, since group options differ there: one pair's
+alpha is 3, another's 1.5). null is always accepted here (the range says where it is not), and
+leaves no reference has (`+key=...`) are left to their checks.
 A wrong type is one line naming the key, the value and what it must be.
 """
 

@@ -14,7 +14,7 @@ class HacrlError(Exception):
 
 
 class ConfigError(HacrlError, ValueError):
-    """An invalid job config; the message is one line: key, value, what to do."""
+    """An invalid job config; the message is one line (key, value, what to do) per refusal."""
 
     exit_code = 2
 
@@ -33,6 +33,15 @@ class EngineError(HacrlError):
 
 class OutputError(HacrlError):
     """An output path that hacrl refuses to write (outside the output root, not its own)."""
+
+
+def print_error(err: BaseException, prefix: str = "hacrl: ") -> None:
+    """Print `err` to stderr, `prefix` before each of its lines (a config with three values out
+    of range is three lines, each naming its key)."""
+    import sys
+
+    lines = str(err).strip().splitlines() or [type(err).__name__]
+    print("\n".join(prefix + line for line in lines), file=sys.stderr)
 
 
 def one_line(err: BaseException) -> str:

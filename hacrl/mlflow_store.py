@@ -51,6 +51,7 @@ import fcntl
 import logging
 import os
 import random
+import sys
 import tempfile
 import time
 import urllib.error
@@ -78,6 +79,8 @@ LOCKED_RETRIES = 5
 # server that refuses, and 60 s per try for one that hangs; still enough for a brief restart.
 HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
+# the artifact root MLflow gives a sqlite store it opens itself (its Default experiment's folder)
+DEFAULT_ARTIFACTS = "./mlruns"
 STORE_HELP = "pass output_root=... or tracking.uri=... (e.g. sqlite:///<path>/mlflow.db)"
 
 
@@ -147,7 +150,107 @@ def open_client(uri: str, *, create: bool = True) -> Iterator[Any]:
     elif urlsplit(uri).scheme in ("http", "https"):
         _check_server(uri)
     with _store_lock(db, required=create):
+        if db is not None:
+            _ready(db, create)
         yield _client(uri, db)
+
+
+CREATING = ".creating-"  # <db>.creating-<pid>: a store being created, renamed into place when done
+SET_ASIDE = ".half-created-"  # <db>.half-created-<time>: a half-created store moved out of the way
+
+
+def _ready(db: Path, create: bool) -> None:
+    """Under the store's lock: a sqlite store is complete (every migration applied) before
+    MLflow opens it. A writer creates a missing store atomically: tables made and migrated under
+    a temporary name, then renamed into place, so a kill or a full disk at any moment leaves
+    either no store or a whole one (left-over temporary files are removed: only the lock's
+    holder creates). A store a killed job of an earlier version left half-migrated, holding no
+    runs, is set aside (renamed, not deleted) and created again; a store with runs is never
+    touched: a store whose schema is not MLflow's current one raises StoreError saying what to do."""
+    if create:
+        for stale in db.parent.glob(f"{db.name}{CREATING}*"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+    if db.is_file() and db.stat().st_size > 0:
+        version, runs = _schema(db, writable=create)
+        head = _head_revision()
+        if version == head:
+            return
+        found = f"schema {version}" if version else "no schema version"
+        if runs or not create:
+            held = f"it holds {runs} runs, so hacrl leaves it as it is" if runs else \
+                "a training job or sweep on this output root creates it again"
+            fix = f"back it up, then run `mlflow db upgrade {sqlite_uri(db)}`" if runs else \
+                f"or {STORE_HELP}"
+            raise StoreError(f"the MLflow store {db} is not complete ({found}; MLflow "
+                             f"{_mlflow_version()} needs {head}): {held}; {fix}")
+        aside = db.with_name(f"{db.name}{SET_ASIDE}{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(db, aside)
+        print(f"hacrl: the MLflow store {db} was half-created ({found}, no runs: a job was killed "
+              f"while creating it); moved it to {aside.name} and creating it again",
+              file=sys.stderr)
+    if create and (not db.is_file() or db.stat().st_size == 0):
+        _create(db)
+
+
+def _schema(db: Path, writable: bool) -> tuple[str | None, int]:
+    """(alembic version, number of runs) of a sqlite store; None when it has no version yet.
+    A writer opens it read-write, so that SQLite rolls back a transaction a kill left open."""
+    import sqlite3
+
+    try:
+        mode = "rw" if writable else "ro"
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode={mode}", uri=True, timeout=30)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            row = (con.execute("SELECT version_num FROM alembic_version").fetchone()
+                   if "alembic_version" in tables else None)
+            runs = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] if "runs" in tables else 0
+        finally:
+            con.close()
+    except sqlite3.Error as err:
+        raise StoreError(f"cannot read the MLflow store {db} ({err}); move it away or "
+                         f"{STORE_HELP}") from None
+    return (str(row[0]) if row and row[0] else None), int(runs)
+
+
+def _head_revision() -> str:
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    return str(_get_latest_schema_revision())
+
+
+def _mlflow_version() -> str:
+    import mlflow
+
+    return str(mlflow.__version__)
+
+
+def _create(db: Path) -> None:
+    """Create and migrate a store at `<db>.creating-<pid>`, then rename it to `db`."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    temporary = db.with_name(f"{db.name}{CREATING}{os.getpid()}")
+    uri = sqlite_uri(temporary)
+    quiet = logging.getLogger("mlflow.store.db.utils")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # "Creating initial MLflow database tables...": noise
+    try:
+        store = SqlAlchemyStore(uri, DEFAULT_ARTIFACTS)
+        store.engine.dispose()  # no connection to the file survives its rename
+        SqlAlchemyStore._engine_map.pop(uri, None)
+        with temporary.open("rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, db)
+    except Exception as err:  # a full disk, a vanished folder: no store, nothing half-made
+        for left in db.parent.glob(f"{temporary.name}*"):
+            with contextlib.suppress(OSError):
+                left.unlink()
+        raise StoreError(f"cannot create the MLflow store {db} ({one_line(err)}); nothing was "
+                         f"written: free space in (or fix) {db.parent} and run again, or "
+                         f"{STORE_HELP}") from None
+    finally:
+        quiet.setLevel(level)
 
 
 def _check_sqlite(db: Path, create: bool) -> None:

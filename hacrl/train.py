@@ -8,7 +8,7 @@ import hydra
 from omegaconf import DictConfig
 
 from hacrl.config import CONFIG_DIR, ConfigError, validate
-from hacrl.errors import HacrlError
+from hacrl.errors import HacrlError, print_error
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
@@ -28,7 +28,7 @@ def main(cfg: DictConfig) -> object:
     try:
         spec = validate(cfg)
     except ConfigError as err:
-        print(f"hacrl: config error: {err}", file=sys.stderr)
+        print_error(err, "hacrl: config error: ")
         sys.exit(2)
     try:
         from hacrl.errors import check_writable
@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> object:
         check_writable(spec.output_root)
         summary = run_job(spec)
     except HacrlError as err:  # one line for a fault the user can act on
-        print(f"hacrl: {err}", file=sys.stderr)
+        print_error(err)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # Hydra records this job as failed and runs the others
         sys.exit(err.exit_code)

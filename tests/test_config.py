@@ -90,7 +90,7 @@ INVALID = [
      "algo.capability_window=2.5"),
     ("eval_limit", ["eval.protocols.main.limit=0"], None, "eval.protocols.main.limit=0"),
     ("eval_only_unknown", ["eval.only=[mmlu]"], None, "eval.only: mmlu is not one of"),
-    ("eval_only_empty", ["eval.only=[]"], None, "eval.only=[]: a non-empty list"),
+    ("eval_only_empty", ["eval.only=[]"], None, "eval.only=[]: must be a non-empty list"),
     ("missing_model", [], "empty", "agents[0]=qwen3-1.7b-base"),
     ("no_tokenizer", [], "no_tokenizer", "agents[1]=qwen3-4b-base"),
 ]

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("resources", ("hacrl.data", "hacrl.tasks", "hacrl.zoo", "hacrl.checkpoint",
                    "hacrl.pickle_audit", "hacrl.tracking", "hacrl.mlflow_store",
                    "hacrl.evaluation", "hacrl.evaluation.protocol", "hacrl.ui_views")),
-    ("config", ("hacrl.config", "hacrl.config_leaves", "hacrl.settings")),
+    ("config", ("hacrl.config", "hacrl.config_leaves", "hacrl.config_ranges", "hacrl.settings")),
     ("engines", ("hacrl.engines",)),
     ("evaluation", ("hacrl.evaluation.greedy", "hacrl.evaluation.lmeval", "hacrl.evaluation.hf_lm",
                     "hacrl.evaluation.outcome_table", "hacrl.evaluation.runner",

@@ -56,7 +56,7 @@ def test_the_sampler_draws_the_same_tokens_whether_it_scores_them(micro_zoo: Pat
 
 def test_old_logprobs_is_checked_and_only_sampler_enters_the_identity(job_env: Path) -> None:
     # job_env: validate checks the agents' models first, so it needs a zoo (the micro one)
-    with pytest.raises(ConfigError, match=r"engine\.old_logprobs=forward: use sampler or recompute"):
+    with pytest.raises(ConfigError, match=r"engine\.old_logprobs=forward: must be one of: sampler, recompute"):
         validate(compose(["engine.old_logprobs=forward"]))
     with pytest.raises(ConfigError, match="engine.old_logprobs"):
         LocalEngine("unused", lr=1e-3, old_logprobs="forward")

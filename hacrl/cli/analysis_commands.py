@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +34,17 @@ def add_parsers(sub: Any) -> None:
 
 def run(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.config import ConfigError
-    from hacrl.errors import HacrlError
+    from hacrl.errors import HacrlError, print_error
 
     try:
         if args.command == "report":
             return _report(args, overrides)
         return _plot(args, overrides)
     except HacrlError as err:
-        print(f"hacrl: {args.command}: {err}", file=sys.stderr)
+        print_error(err, f"hacrl: {args.command}: ")
         return err.exit_code
     except (ConfigError, ValueError, FileNotFoundError) as err:
-        print(f"hacrl: {args.command}: {err}", file=sys.stderr)
+        print_error(err, f"hacrl: {args.command}: ")
         return 2
 
 

@@ -38,6 +38,7 @@ def _train_command(args: list[str]) -> int:
 
 def _validate(overrides: list[str], dry: bool, dry_dir: str | None) -> int:
     from hacrl.config import ConfigError, compose, validate
+    from hacrl.errors import print_error
 
     try:
         spec = validate(compose(overrides))
@@ -48,7 +49,7 @@ def _validate(overrides: list[str], dry: bool, dry_dir: str | None) -> int:
                 print(" ".join(f"{k}={v}" for k, v in record.items()))
             print(f"hacrl: dry run of job {spec.config_hash} ({spec.cfg.engine.name}): ok")
     except ConfigError as err:
-        print(f"hacrl: config error: {err}", file=sys.stderr)
+        print_error(err, "hacrl: config error: ")
         return 2
     return 0
 
@@ -224,12 +225,12 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hacrl.errors import HacrlError
+    from hacrl.errors import HacrlError, print_error
 
     try:
         return _main(argv)
     except HacrlError as err:  # a fault the user can act on: one line, no traceback
-        print(f"hacrl: {err}", file=sys.stderr)
+        print_error(err)
         return err.exit_code
 
 

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo.methods import METHODS
 from hacrl.config import CONFIG_DIR, ConfigError, config_hash
+from hacrl.config_ranges import check_leaf_ranges
 from hacrl.evaluation.protocol import paper_benchmark
 from hacrl.layout import Layout
 from hacrl.schema.sweep_manifest import CellRecord
@@ -266,6 +267,16 @@ class Expansion:
     asked: int  # cells the grids ask for before deduplication
 
 
+def _check_ranges(sweep: str, base: list[str], cfg: DictConfig) -> None:
+    """A cell's values in their ranges (`hacrl.config_ranges`), each refusal naming the cell."""
+    try:
+        check_leaf_ranges(cfg)
+    except ConfigError as err:
+        cell = " ".join(base) or "(no overrides)"
+        raise ConfigError("\n".join(f"sweeps/{sweep}.yaml, cell {cell}: {line}"
+                                     for line in str(err).splitlines())) from None
+
+
 def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Expansion:
     """The distinct cells of sweep `name`, in first-asked order (`compose`: a cell's config
     from its overrides; a sweep passes one that composes each set of group choices once)."""
@@ -284,6 +295,7 @@ def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -
         for combo in itertools.product(*axes.values()):
             base = [f"{k}={_value(v)}" for k, v in zip(axes, combo, strict=True)] + fixed
             cfg = compose(base)
+            _check_ranges(sweep, base, cfg)
             reads = _benchmarks(sweep, grid.get("benchmarks"), cfg)
             method = METHODS.get(str(cfg.method.name))
             if method is None:

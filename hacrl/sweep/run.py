@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from hacrl.config_ranges import check_leaf_ranges
 from hacrl.errors import ConfigError, check_writable
 from hacrl.fileio import write_json
 from hacrl.layout import Layout, SweepDir
@@ -121,13 +122,16 @@ class SweepRun:
     def execute(self) -> list[dict[str, Any]]:
         started = time.perf_counter()
         first = self.first = self.compose([])
+        check_leaf_ranges(first)  # the command line's values, before anything is written
         output_root = Layout.at(first.output_root).root
         uri = resolve_uri(first.tracking.uri, output_root)
-        check_store(uri)  # before the expansion (seconds): a fault is one quick line
-        check_writable(output_root)
         if self.pool is not None:
-            self.pool.prepare()
+            self.pool.prepare()  # writes nothing; overlaps the expansion
+        # every cell's values in range (the expansion checks them) before the store and the
+        # output root are made
         expansion = expand(self.name, self.compose, self.sweep_dirs())
+        check_store(uri)
+        check_writable(output_root)
         cells = expansion.cells
         tracker = Tracker(uri, str(first.tracking.experiment))  # the store exists before any job
         tracker.reap_dead_runs()

@@ -66,7 +66,7 @@ class HacrlSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:  # noqa: UP006
         from hacrl.cli.sweep_report import run_sweep
-        from hacrl.errors import HacrlError
+        from hacrl.errors import HacrlError, print_error
         from hacrl.sweep.run import SweepRun
 
         assert self.config is not None and self.hydra_context is not None
@@ -75,5 +75,5 @@ class HacrlSweeper(Sweeper):
         try:
             return run_sweep(run)
         except HacrlError as err:  # a fault the user can act on: one line, no traceback
-            print(f"hacrl: sweep: {err}", file=sys.stderr)
+            print_error(err, "hacrl: sweep: ")
             sys.exit(err.exit_code)
