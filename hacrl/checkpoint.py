@@ -86,21 +86,60 @@ def decode_state(value: Any) -> Any:
     return {k: decode_state(v) for k, v in value.items()}
 
 
-def read_done(path: Path, steps: int | None = None) -> dict[str, Any] | None:
+def read_done(path: Path, steps: int | None = None,
+              agents: list[str] | None = None) -> dict[str, Any] | None:
+    """A team's DONE.json if it is whole, of this job's `steps` and team `agents` (when given),
+    and of its schema (`done_problem`); else None, with one warning line naming the file and
+    what is wrong: the team then counts as not finished and is trained (or evaluated) again.
+    Its scores are never the job's results: those are read from the agent runs' evaluations."""
     if not path.exists():
         return None
     try:
         record = json.loads(path.read_text())
-        ok = (isinstance(record, dict) and isinstance(record.get("agents"), list)
-              and isinstance(record.get("final"), dict)
-              and (steps is None or record.get("steps") == steps))
-    except (OSError, ValueError):
-        ok = False
-    if not ok:
-        print(f"hacrl: warning: {path} is damaged or from another config; the team counts as not "
-              "finished", file=sys.stderr, flush=True)
+        problem = done_problem(record, steps, agents)
+    except (OSError, ValueError) as err:
+        problem = f"unreadable ({type(err).__name__})"
+    if problem is not None:
+        print(f"hacrl: warning: {path} is damaged or not this team's ({problem}); the team "
+              "counts as not finished",
+              file=sys.stderr, flush=True)
         return None
     return dict(record)
+
+
+def done_problem(record: Any, steps: int | None, agents: list[str] | None) -> str | None:
+    """What makes a DONE.json record unusable, or None. Schema: {"agents": [names], "steps": int,
+    "final": {agent: {eval metric: finite number}}, "phases": {name: seconds >= 0}}."""
+    from hacrl.schema.metric_names import parse_eval
+
+    if not isinstance(record, dict) or set(record) - {"agents", "steps", "final", "phases"}:
+        return "not a DONE record (keys agents, steps, final, phases)"
+    names = record.get("agents")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        return "agents is not a list of model names"
+    if agents is not None and sorted(names) != sorted(agents):
+        return f"its agents {names} are not this team's {agents}"
+    if isinstance(record.get("steps"), bool) or not isinstance(record.get("steps"), int):
+        return "steps is not an integer"
+    if steps is not None and record["steps"] != steps:
+        return f"it is for {record['steps']} steps, this job trains {steps}"
+    final = record.get("final")
+    if not isinstance(final, dict) or set(final) - set(names):
+        return "final names models that are not its agents"
+    for model, metrics in final.items():
+        if not isinstance(metrics, dict) or not all(
+                parse_eval(str(k)) is not None and _finite(v) for k, v in metrics.items()):
+            return f"final[{model}] is not a mapping of evaluation metrics to numbers"
+    phases = record.get("phases", {})
+    if not isinstance(phases, dict) or not all(_finite(v) and v >= 0 for v in phases.values()):
+        return "phases is not a mapping of names to seconds"
+    return None
+
+
+def _finite(value: Any) -> bool:
+    import math
+
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def damaged_weights(model_dir: Path) -> str | None:

@@ -337,15 +337,72 @@ def test_no_usable_checkpoint_is_one_line_and_deletes_nothing(copied, capsys, st
     assert set(before) <= set(after)
 
 
-@pytest.mark.parametrize("content", ["", "{not json", "[1, 2]", '{"steps": 99}',
-                                     '{"steps": 2, "agents": "x", "final": {}}'])
-def test_read_done_accepts_only_a_whole_record(tmp_path, content, capsys):
+ACC = "eval/main/tiny_gsm8k/acc"
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("", "unreadable"), ("{not json", "unreadable"), ("[1, 2]", "not a DONE record"),
+    ('{"steps": 99}', "agents is not a list"),
+    ('{"steps": 2, "agents": "x", "final": {}}', "agents is not a list"),
+    ('{"steps": 2, "agents": [], "final": {}}', "agents is not a list"),
+    ('{"steps": 2, "agents": ["b"], "final": {}}', "its agents ['b'] are not this team's ['a']"),
+    ('{"steps": 2, "agents": ["a", "b"], "final": {}}', "are not this team's"),
+    ('{"steps": 3, "agents": ["a"], "final": {}}', "it is for 3 steps, this job trains 2"),
+    ('{"steps": true, "agents": ["a"], "final": {}}', "steps is not an integer"),
+    ('{"steps": 2, "agents": ["a"], "final": {"b": {}}}', "final names models that are not"),
+    ('{"steps": 2, "agents": ["a"], "final": []}', "final names models"),
+    ('{"steps": 2, "agents": ["a"], "final": {"a": {"made/up": 1}}}', "final[a] is not"),
+    (f'{{"steps": 2, "agents": ["a"], "final": {{"a": {{"{ACC}": NaN}}}}}}', "final[a] is not"),
+    (f'{{"steps": 2, "agents": ["a"], "final": {{"a": {{"{ACC}": "0.9"}}}}}}', "final[a] is not"),
+    ('{"steps": 2, "agents": ["a"], "final": {}, "phases": {"train_s": -1}}', "phases is not"),
+    ('{"steps": 2, "agents": ["a"], "final": {}, "extra": 1}', "not a DONE record"),
+])
+def test_read_done_accepts_only_a_whole_record_of_this_team(tmp_path, content, why, capsys):
     path = tmp_path / "DONE.json"
     path.write_text(content)
-    assert checkpoint.read_done(path, steps=2) is None
-    assert "is damaged" in capsys.readouterr().err
-    path.write_text(json.dumps({"steps": 2, "agents": ["a"], "final": {}}))
-    assert checkpoint.read_done(path, steps=2) == {"steps": 2, "agents": ["a"], "final": {}}
+    assert checkpoint.read_done(path, steps=2, agents=["a"]) is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path} is damaged or not this team's" in err
+    assert why in err, err
+    whole = {"steps": 2, "agents": ["a"], "final": {"a": {ACC: 0.5}}, "phases": {"train_s": 1.0}}
+    path.write_text(json.dumps(whole))
+    assert checkpoint.read_done(path, steps=2, agents=["a"]) == whole
+
+
+@pytest.mark.parametrize("tamper", ["made_up_scores", "an_extra_model"])
+@pytest.mark.slow
+def test_a_done_json_is_never_believed_over_the_runs(hacrl, new_output_root, job_env, capsys,
+                                                     tamper):
+    """Killed after DONE.json (before the job's metrics), its file doctored: the rerun's job
+    run carries the scores the evaluation logged into the agent runs, never the file's; a file
+    naming another model is refused in one line and the team is finished again, and the killed
+    runs are not flipped to FINISHED."""
+    root = new_output_root()
+    evaluated = ["eval.at_end=true", "eval.benchmarks=[tiny_gsm8k]"]
+    killed = _train(hacrl, root, *evaluated, env={"HACRL_FAULT": "done_json"})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    done = next(root.glob("runs/*/team-0/DONE.json"))
+    record = json.loads(done.read_text())
+    if tamper == "made_up_scores":
+        record["final"] = {m: {k: 0.987654 for k in v} for m, v in record["final"].items()}
+    else:
+        record["final"]["intruder-model"] = {ACC: 0.987654}
+    done.write_text(json.dumps(record))
+    again = _train_here(root, capsys, *evaluated)
+    assert again.returncode == 0, again.stderr[-3000:]
+    jobs = _runs(root, "tags.`hacrl.kind` = 'job'")
+    finished = [r for r in jobs if r.info.status == "FINISHED"]
+    assert len(finished) == 1 and not [r for r in jobs if r.info.status == "RUNNING"]
+    scores = {k: v for k, v in finished[0].data.metrics.items() if k.startswith(("acc/", "avg/"))}
+    assert scores and 0.987654 not in scores.values() and "intruder" not in str(scores)
+    kids = _runs(root, f"tags.`mlflow.parentRunId` = '{finished[0].info.run_id}'")
+    for kid in kids:
+        model = kid.data.tags["model"]
+        assert scores[f"acc/tiny_gsm8k/{model}"] == kid.data.metrics[ACC]
+    if tamper == "an_extra_model":
+        assert "DONE.json is damaged or not this team's (final names models that are not its " \
+               "agents)" in again.stderr
+        assert len(jobs) == 2 and {r.info.status for r in jobs} == {"FINISHED", "KILLED"}
 
 
 @pytest.mark.slow

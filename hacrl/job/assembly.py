@@ -29,6 +29,7 @@ from hacrl.job.finishing import (
     evaluate_final,
     evaluate_finished,
     evaluate_missing,
+    evaluated_scores,
     finished,
     mark_done,
     repair,
@@ -100,7 +101,9 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
                startup_s: float, progress: bool, report: Report | None) -> dict[str, Any]:
     c, directory = spec.cfg, layout.path
     steps = int(c.train.steps)
-    if all(finished(t, steps) for t in teams) and not c.force:
+    if all(finished(t, steps, [a.name for a in team]) for t, team in zip(teams, spec.teams,
+                                                                         strict=True)) \
+            and not c.force:
         if done_run := finished_job_run(tracker, spec):
             print(f"hacrl: job {spec.config_hash} already finished ({directory}); force=true "
                   "re-trains", file=sys.stderr)
@@ -181,17 +184,17 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
     """Train one team from its last checkpoint, evaluate it, mark it done."""
     c = spec.cfg
     steps = int(c.train.steps)
-    if (record := finished(team_dir, steps)) is not None:
+    if (record := finished(team_dir, steps, [a.name for a in team])) is not None:
         # finished by an earlier run of this job: carry its curves and evaluations into this
         # run's agent runs, and evaluate what they still lack
+        own = {a.name: agent_runs[a.name] for a in team}
         for a in team:
             if previous and a.name in previous:
                 carry_over(tracker, previous, a.name, agent_runs[a.name], steps, evaluations=True)
         if c.eval.at_end:
-            evaluate_missing(spec, tracker, team_dir.path.parent,
-                             {a.name: agent_runs[a.name] for a in team})
+            evaluate_missing(spec, tracker, team_dir.path.parent, own)
         bar.update(steps)
-        return record
+        return {**record, "final": evaluated_scores(tracker, own) if c.eval.at_end else {}}
     setup_start = time.perf_counter()
     seed_everything(int(c.seed))
     agents = [Agent(a.name, agent_engine(spec, a, i, len(team), team_dir.path))

@@ -34,10 +34,20 @@ from hacrl.tracking import Tracker
 PHASES = ("setup_s", "validation_s", "train_s", "eval_s")  # the job's own work, per team
 
 
-def finished(team: TeamDir, steps: int) -> dict[str, Any] | None:
-    """The team's DONE.json record if it is whole and for `steps` steps; else None (with a
-    warning when a file is there but unusable: the team then counts as not done)."""
-    return checkpoint.read_done(team.done, steps)
+def finished(team: TeamDir, steps: int, agents: list[str] | None = None) -> dict[str, Any] | None:
+    """The team's DONE.json record if it is whole, for `steps` steps and these `agents`; else
+    None (with a warning when a file is there but unusable: the team then counts as not done)."""
+    return checkpoint.read_done(team.done, steps, agents)
+
+
+def evaluated_scores(tracker: Tracker, agent_runs: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Each agent's final evaluation metrics as its run holds them (what the evaluation logged),
+    never a file's copy of them: the job's results are these."""
+    scores: dict[str, dict[str, float]] = {}
+    for name, run_id in agent_runs.items():
+        metrics = tracker.client.get_run(run_id).data.metrics
+        scores[name] = {k: float(v) for k, v in metrics.items() if M.parse_eval(k) is not None}
+    return scores
 
 
 def mark_done(team: TeamDir, record: dict[str, Any]) -> None:
@@ -89,15 +99,15 @@ def repair(spec: JobSpec, tracker: Tracker, directory: Path,
         return None
     print(f"hacrl: job {spec.config_hash} was killed while finishing; completing its runs "
           f"(job run {job_run})", file=sys.stderr, flush=True)
-    records = [finished(t, steps) or {} for t in teams]
+    records = [finished(t, steps, [a.name for a in team]) or {}
+               for t, team in zip(teams, spec.teams, strict=True)]
     if c.eval.at_end:
         evaluate_missing(spec, tracker, directory, agent_runs)
     if M.WALL not in run.data.metrics:
         phases = {k: sum(float(r.get("phases", {}).get(k, 0.0)) for r in records)
                   for k in (*PHASES, "wall_s")}
         tracker.log_metrics(job_run, {M.seconds(k): v for k, v in phases.items()}, steps)
-        log_scores(tracker, job_run, {m: v for r in records
-                                      for m, v in (r.get("final") or {}).items()}, steps)
+        log_scores(tracker, job_run, evaluated_scores(tracker, agent_runs), steps)
     finish(tracker, list(agent_runs.values()), job_run, "FINISHED")
     return {"job_run_id": job_run, "agent_run_ids": agent_runs, "run_dir": str(directory),
             "teams": records, "status": "FINISHED", "repaired": True}
