@@ -1,6 +1,7 @@
 """Named points where a test can kill this process, to prove every state a kill leaves is
 repaired by the next run. `HACRL_FAULT=<point>` SIGKILLs the process when it reaches <point>
-(nothing runs after: no finally, no atexit), like an OOM killer or a lost node would."""
+(nothing runs after: no finally, no atexit), like an OOM killer or a lost node would.
+`die_with_parent`: a worker process never outlives the command that started it."""
 
 from __future__ import annotations
 
@@ -18,3 +19,18 @@ def point(name: str) -> None:
         # said first: a HACRL_FAULT left in a shell must not look like a mysterious crash
         os.write(2, f"hacrl: {ENV}={name}: killing this process on purpose (fault test)\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send `sig` to this process when its parent exits, however it exits
+    (Linux's parent-death signal; elsewhere nothing). `parent`: the pid the caller was started
+    by; if it is already gone (it died before this ran), this process exits at once."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(1)

@@ -355,3 +355,35 @@ def test_killed_build_leaves_no_model(
     assert not stale.exists()
     assert load_card(fast_zoo, tmp_path)["sft_steps"] == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == [fast_zoo]
+
+
+@pytest.mark.slow
+def test_a_killed_zoo_build_leaves_no_worker_and_no_model(tmp_path: Path, hacrl_cmd: list[str]) -> None:
+    """SIGKILL `hacrl zoo build` while its two workers train: both end with it (the kernel's
+    parent-death signal), and nothing is written into the zoo after the kill."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    root = tmp_path / "zoo"
+    build = subprocess.Popen([*hacrl_cmd, "zoo", "build", "--root", str(root), "--workers", "2",
+                              "llama3.2-1b-instruct", "qwen3-1.7b-base"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = psutil.Process(build.pid)
+    deadline = time.monotonic() + 180
+    workers: list[psutil.Process] = []
+    while len(workers) < 2:  # the two spawned workers (not the resource tracker)
+        assert time.monotonic() < deadline and build.poll() is None
+        workers = [p for p in parent.children() if "spawn_main" in " ".join(p.cmdline())]
+        time.sleep(0.2)
+    time.sleep(3)  # importing torch, then training
+    build.send_signal(signal.SIGKILL)
+    build.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=15)
+    assert alive == [], [p.cmdline() for p in alive]
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in root.rglob("*"))
+    time.sleep(5)
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in root.rglob("*")) == before
+    assert not [p for p in root.iterdir() if not p.name.startswith(".")]  # no model built

@@ -133,15 +133,10 @@ def _die_with_parent() -> None:
 
 
 def term_with_parent() -> None:
-    """Have the kernel SIGTERM this process when its parent exits (Linux's parent-death
-    signal; elsewhere nothing)."""
-    try:
-        import ctypes
+    """Have the kernel SIGTERM this process when its parent exits (`faults.die_with_parent`)."""
+    from hacrl.faults import die_with_parent
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    die_with_parent(os.getppid(), signal.SIGTERM)
 
 
 def populate_supported() -> bool:

@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 
 from hacrl.arith import load_probe, load_split
 from hacrl.eta import ItemProgress
+from hacrl.faults import die_with_parent
 from hacrl.zoo.cards import CARD_NAME
 from hacrl.zoo.schedule import expected_steps, group_runs, run_cost, schedule
 from hacrl.zoo.sft import SFTConfig, SFTResult, probe_accuracy, sft_train, sft_train_stages
@@ -309,7 +310,10 @@ def build_zoo(
             torch.set_num_threads(threads)
     else:
         n = min(workers, len(runs))
-        with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
+        # the workers die with this process (a killed `hacrl zoo build` leaves none training,
+        # and none writes a model into the zoo after it)
+        with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn"),
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(_build_in_worker, run, str(base), seed) for run in runs]
             for fut in as_completed(futures):
                 for card in fut.result():
