@@ -113,6 +113,12 @@ class Layout:
     def run(self, config_hash: str, method: str) -> RunDir:
         return RunDir(self.root / "runs" / f"{config_hash}-{method}")
 
+    def evaluation_lock(self, model: str) -> Path:
+        """The lock of every evaluation-only job of one model (its path or run id)."""
+        import hashlib
+
+        return self.root / "runs" / ".locks" / f"eval-{hashlib.sha256(model.encode()).hexdigest()[:16]}.lock"
+
     def sweep(self, name: str) -> SweepDir:
         return SweepDir(self.root / "sweeps" / name)
 

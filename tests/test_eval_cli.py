@@ -193,3 +193,43 @@ def test_the_evaluation_environment_is_restored(monkeypatch):
         assert (os.environ["HACRL_VERIFY_WORKERS"], os.environ["HACRL_VERIFY_TIMEOUT_S"]) == (
             "2", "3.0")
     assert os.environ["HACRL_VERIFY_WORKERS"] == "7" and "HACRL_VERIFY_TIMEOUT_S" not in os.environ
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["eval", "train"], ids=["hacrl-eval", "method-base"])
+def test_two_evaluation_only_jobs_of_one_model_log_once(job_env, new_output_root, hacrl_cmd,
+                                                        cli_env, tmp_path, command):
+    """Two evaluation-only jobs of the same model, both started while the model's evaluation
+    lock is held (as by a third job), both wait and say so; released, they take turns: one run
+    holds the model's scores, each metric logged once."""
+    import fcntl
+    import subprocess
+    import time
+
+    from hacrl.config import model_path
+    from hacrl.layout import Layout
+
+    root = new_output_root()
+    lock = Layout(root).evaluation_lock(model_path(compose([]), 0, "qwen3-4b-base"))
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    args = (["eval", "--model", "qwen3-4b-base"] if command == "eval" else
+            ["train", "method=base", "agents=[qwen3-4b-base]"])
+    logs = [tmp_path / f"job{i}.err" for i in range(2)]
+    jobs = [subprocess.Popen([*hacrl_cmd, *args, f"output_root={root}",
+                              "eval.benchmarks=[tiny_gsm8k]", LIMIT], env=cli_env(root),
+                             stdout=subprocess.DEVNULL, stderr=log.open("w")) for log in logs]
+    deadline = time.monotonic() + 300
+    while not all("hacrl: waiting for the evaluation of qwen3-4b-base" in log.read_text()
+                  for log in logs):
+        assert time.monotonic() < deadline and all(job.poll() is None for job in jobs), \
+            [log.read_text()[-2000:] for log in logs]
+        time.sleep(0.2)
+    os.close(held)
+    assert [job.wait(timeout=600) for job in jobs] == [0, 0], [log.read_text() for log in logs]
+    client = _client(root)
+    (run,) = _runs(client, "tags.`hacrl.kind` = 'eval'")
+    assert run.info.status == "FINISHED"
+    for key in run.data.metrics:
+        assert len(client.get_metric_history(run.info.run_id, key)) == 1, key

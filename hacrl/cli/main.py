@@ -57,6 +57,7 @@ def _validate(overrides: list[str], dry: bool, dry_dir: str | None) -> int:
 def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.config import ConfigError, compose, model_path
     from hacrl.evaluation import Protocol, runner
+    from hacrl.job.lock import evaluation_lock
     from hacrl.layout import Layout
     from hacrl.mlflow_store import resolve_uri
     from hacrl.schema import tags as T
@@ -86,22 +87,24 @@ def _eval(args: argparse.Namespace, overrides: list[str]) -> int:
             torch.set_num_threads(int(cfg.engine.threads))
         output_root = Layout.at(cfg.output_root).root
         tracker = Tracker(resolve_uri(cfg.tracking.uri, output_root), cfg.tracking.experiment)
-        if args.model:
-            target = runner.target_from_model(tracker, cfg, args.model,
-                                              model_path(cfg, 0, args.model))
-        elif args.checkpoint:
-            target = runner.target_from_checkpoint(tracker, cfg, Path(args.checkpoint))
-        else:
-            target = runner.target_from_run(tracker, args.run)
-        standalone = tracker.client.get_run(target.run_id).data.tags.get(T.KIND) == T.EVAL
-        status = "FAILED"
-        try:
-            results = runner.evaluate_into_run(cfg, target.model_path, tracker, target.run_id,
-                                               target.step, force=args.force)
-            status = "FINISHED"
-        finally:
-            if standalone:
-                tracker.finish(target.run_id, status)
+        model = (model_path(cfg, 0, args.model) if args.model else
+                 str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else args.run)
+        with evaluation_lock(output_root, model, args.model or args.checkpoint or args.run):
+            if args.model:
+                target = runner.target_from_model(tracker, cfg, args.model, model)
+            elif args.checkpoint:
+                target = runner.target_from_checkpoint(tracker, cfg, Path(args.checkpoint))
+            else:
+                target = runner.target_from_run(tracker, args.run)
+            standalone = tracker.client.get_run(target.run_id).data.tags.get(T.KIND) == T.EVAL
+            status = "FAILED"
+            try:
+                results = runner.evaluate_into_run(cfg, target.model_path, tracker,
+                                                   target.run_id, target.step, force=args.force)
+                status = "FINISHED"
+            finally:
+                if standalone:
+                    tracker.finish(target.run_id, status)
     except ConfigError as err:
         print(f"hacrl: eval: {err}", file=sys.stderr)
         return 2

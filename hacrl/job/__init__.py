@@ -21,7 +21,7 @@ job is skipped unless `force=true`.
 
 from hacrl.job.agents import agent_engine, before_job, engine_context, job_dir, loop_settings
 from hacrl.job.assembly import run_job
-from hacrl.job.lock import job_lock, process_age_s
+from hacrl.job.lock import evaluation_lock, job_lock, process_age_s
 
-__all__ = ["agent_engine", "before_job", "engine_context", "job_dir", "job_lock", "loop_settings",
+__all__ = ["agent_engine", "before_job", "engine_context", "job_dir", "evaluation_lock", "job_lock", "loop_settings",
            "process_age_s", "run_job"]

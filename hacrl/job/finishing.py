@@ -19,6 +19,7 @@ from hacrl import checkpoint, faults
 from hacrl.config import JobSpec
 from hacrl.evaluation.runner import evaluate_into_run, latest_checkpoint, target_from_model
 from hacrl.fileio import write_atomic
+from hacrl.job.lock import evaluation_lock
 from hacrl.job.runs import (
     agent_runs_of,
     finish,
@@ -119,16 +120,17 @@ def evaluate_base(spec: JobSpec, tracker: Tracker) -> dict[str, Any]:
     eval_runs: dict[str, str] = {}
     final: dict[str, dict[str, float]] = {}
     for agent in spec.agents:
-        target = target_from_model(tracker, c, agent.name, agent.path)
-        tracker.set_tags(target.run_id, {k: v for k, v in identity_tags(spec).items()
-                                         if k in (T.CELL, T.SWEEPS)})
-        status = "FAILED"
-        try:
-            results = evaluate_into_run(c, target.model_path, tracker, target.run_id, 0,
-                                        force=bool(c.force))
-            status = "FINISHED"
-        finally:
-            tracker.finish(target.run_id, status)
+        with evaluation_lock(spec.output_root, agent.path, agent.name):
+            target = target_from_model(tracker, c, agent.name, agent.path)
+            tracker.set_tags(target.run_id, {k: v for k, v in identity_tags(spec).items()
+                                             if k in (T.CELL, T.SWEEPS)})
+            status = "FAILED"
+            try:
+                results = evaluate_into_run(c, target.model_path, tracker, target.run_id, 0,
+                                            force=bool(c.force))
+                status = "FINISHED"
+            finally:
+                tracker.finish(target.run_id, status)
         eval_runs[agent.name] = target.run_id
         final[agent.name] = {k: v for r in results for k, v in r.metrics.items()}
     return {"status": "FINISHED", "agent_run_ids": eval_runs, "teams": [{"final": final}],

@@ -1,4 +1,5 @@
-"""One trainer per job, and a process that ends as KILLED when a scheduler stops it."""
+"""One trainer per job, one evaluation-only job per model at a time, and a process that ends as
+KILLED when a scheduler stops it."""
 
 from __future__ import annotations
 
@@ -32,6 +33,34 @@ def job_lock(directory: Path, config_hash: str) -> Iterator[None]:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
             raise HacrlError(f"job {config_hash} is being trained by {holder} (it holds "
                              f"{path}); wait for it to end or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def evaluation_lock(output_root: Path, model: str, label: str) -> Iterator[None]:
+    """Evaluation-only jobs of one model (`method=base`, `hacrl eval`) one at a time, as the
+    job lock keeps trainers apart: the second waits (it says so once), then finds the first's
+    run and its scores logged, instead of creating a second run or logging every metric twice.
+    `model`: the model's path (or run id); `label` names it in the waiting line."""
+    import sys
+
+    from hacrl.layout import Layout
+
+    path = Layout(output_root).evaluation_lock(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            print(f"hacrl: waiting for the evaluation of {label} that {holder} runs (it holds "
+                  f"{path})", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
         yield
