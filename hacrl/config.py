@@ -244,10 +244,27 @@ def validate(cfg: DictConfig) -> JobSpec:
     loss = method_settings(cfg, method).loss
     _eval_check(cfg)
     _task_check(cfg)
-    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    assert isinstance(resolved, DictConfig)
+    resolved = literal_config(OmegaConf.to_container(cfg, resolve=True))
     output_root = Layout.at(cfg.output_root).root
     return JobSpec(resolved, method, specs, loss, output_root, config_hash(cfg))
+
+
+def literal_config(tree: Any) -> DictConfig:
+    """A config of the resolved container `tree` whose texts stay as they are: a `${...}` in a
+    value (an escaped `\\${...}` on the command line, kept literal by Hydra) is escaped again,
+    or the new config would read it as an interpolation and resolve it after all."""
+    def escape(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: escape(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [escape(v) for v in value]
+        if isinstance(value, str) and "${" in value:  # backslashes before it are doubled
+            return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+        return value
+
+    made = OmegaConf.create(escape(tree))
+    assert isinstance(made, DictConfig)
+    return made
 
 
 def _method(cfg: DictConfig) -> MethodSpec:

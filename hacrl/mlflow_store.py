@@ -232,6 +232,7 @@ def _create(db: Path) -> None:
 
     temporary = db.with_name(f"{db.name}{CREATING}{os.getpid()}")
     uri = sqlite_uri(temporary)
+    stray = _stray_folders(uri, temporary)
     quiet = logging.getLogger("mlflow.store.db.utils")
     level = quiet.level
     quiet.setLevel(logging.WARNING)  # "Creating initial MLflow database tables...": noise
@@ -251,6 +252,9 @@ def _create(db: Path) -> None:
                          f"{STORE_HELP}") from None
     finally:
         quiet.setLevel(level)
+        for folder in stray:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _check_sqlite(db: Path, create: bool) -> None:

@@ -234,3 +234,21 @@ def test_validation_runs_on_the_first_problems_of_its_benchmark():
     assert validation_problems(compose([])) == full[:200]  # scale=tiny: 200 of 1300
     assert validation_problems(compose(["validation.problems=7"])) == full[:7]
     assert validation_problems(compose(["validation.problems=null"])) == full
+
+
+@pytest.mark.parametrize(("override", "literal"), [
+    ("tracking.experiment=\\${seed}x", "${seed}x"),
+    ("tracking.experiment=a\\b\\${seed}", "a\\b${seed}"),
+    ("data.instruction='Answer in \\${unit}.'", "Answer in ${unit}."),
+])
+def test_an_escaped_interpolation_stays_literal(job_env, override, literal) -> None:
+    from omegaconf import OmegaConf
+
+    from hacrl.job.runs import training_params
+
+    spec = validate(compose([override]))
+    key = override.split("=", 1)[0]
+    assert OmegaConf.select(spec.cfg, key) == literal
+    assert OmegaConf.select(OmegaConf.create(OmegaConf.to_yaml(spec.cfg)), key) == literal
+    if key.startswith("data."):
+        assert training_params(spec)[key] == literal

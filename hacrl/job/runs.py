@@ -55,8 +55,11 @@ def training_params(spec: JobSpec) -> dict[str, str]:
     evaluation = tree.get("eval", {})
     protocols = evaluation.pop("protocols", {}) or {}
     evaluation["protocols"] = {k: v for k, v in protocols.items() if k in evaluation.get("use", [])}
-    tree["models"] = {a.name: spec.cfg.models.get(a.name) for a in spec.agents}
-    return flatten(OmegaConf.to_container(OmegaConf.create(tree), resolve=True))  # type: ignore[arg-type]
+    # (spec.cfg is resolved: its texts are literal, and re-creating a config from them would
+    # resolve a `${...}` a user escaped)
+    tree["models"] = {a.name: OmegaConf.to_container(spec.cfg.models.get(a.name), resolve=True)
+                      for a in spec.agents}
+    return flatten(tree)
 
 
 def start_runs(spec: JobSpec, tracker: Tracker, directory: Path) -> tuple[str, dict[str, str]]:
