@@ -252,3 +252,21 @@ def test_report_reads_the_cells_of_an_old_manifest(new_output_root, capsys):
         "tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "cells": [asdict(c) for c in cells]}))
     _agent_run(root, "0ldmanifest0", hacpo.agents[0], 0.4321)
     assert "0.4321" in _report(root, capsys)
+
+
+def test_a_users_own_sweep_is_reported_from_its_search_path(new_output_root, tmp_path, capsys,
+                                                            sweep_file):
+    from hacrl.cli.main import main
+
+    root = new_output_root()
+    _agent_run(root, "0123456789ab", "qwen3-4b-base", 0.5)
+    configs = tmp_path / "configs"
+    sweep_file(configs / "sweep", "mine", methods="[gspo, hacpo]",
+               report="    report:\n      tables: [table2]\n")
+    assert main(["report", "mine", f"output_root={root}", "--no-mlflow"]) == 2
+    assert "sweep 'mine': no sweeps/mine.yaml" in capsys.readouterr().err
+    assert main(["report", "mine", f"hydra.searchpath=[file://{configs}]", f"output_root={root}",
+                 "--no-mlflow"]) == 0
+    assert "report of mine: 1 tables" in capsys.readouterr().out
+    table = (root / "reports" / "mine-tiny" / "tables" / "table2.csv").read_text().splitlines()
+    assert table[0].startswith("section,row,column,ours") and len(table) > 1

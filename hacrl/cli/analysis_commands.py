@@ -52,14 +52,18 @@ def _report(args: argparse.Namespace, overrides: list[str]) -> int:
     from analysis.report import destination, make_report
     from hacrl.cli.sweep_report import no_table_line, report_record
     from hacrl.config import compose
-    from hacrl.sweep.grid import sweep_file
+    from hacrl.sweep.grid import searchpath_of, sweep_dirs, sweep_file
 
     # `+sweep=<name>` (plain Hydra multirun) selects the sweep; it is not a training setting
     overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != "sweep"]
-    sweep_file(args.name)  # an unknown sweep stops here, naming the known ones
+    # a user's sweep: its file is in the `sweep` folder of a hydra.searchpath entry, as when
+    # it ran (`hacrl sweep NAME hydra.searchpath=[file://DIR]`)
+    dirs = sweep_dirs(searchpath_of(overrides))
+    overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != "hydra.searchpath"]
+    sweep_file(args.name, dirs)  # an unknown sweep stops here, naming the known ones
     cfg = compose(overrides)
     where = destination(args.name, cfg, Path(args.out) if args.out else None, require_runs=True)
-    record = report_record(args.name, overrides, cfg)
+    record = report_record(args.name, overrides, cfg, dirs)
     if line := no_table_line(record, where.store.uri):
         print(line)
         return 0

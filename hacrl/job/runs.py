@@ -59,7 +59,7 @@ def training_params(spec: JobSpec) -> dict[str, str]:
     # resolve a `${...}` a user escaped)
     tree["models"] = {a.name: OmegaConf.to_container(spec.cfg.models.get(a.name), resolve=True)
                       for a in spec.agents}
-    return flatten(tree)
+    return flatten({str(k): v for k, v in tree.items()})
 
 
 def start_runs(spec: JobSpec, tracker: Tracker, directory: Path) -> tuple[str, dict[str, str]]:

@@ -89,6 +89,26 @@ def sweep_file(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -> Path:
     raise ConfigError(f"sweep {name!r}: no sweeps/{name}.yaml; known: {', '.join(known)}")
 
 
+def sweep_dirs(searchpath: Any) -> tuple[Path, ...]:
+    """sweeps/, then the `sweep` folder of every file:// entry of `hydra.searchpath` (a user's
+    config folder, where their own sweep files are)."""
+    extra = [Path(str(p).removeprefix("file://")) / "sweep"
+             for p in searchpath or [] if str(p).startswith("file://")]
+    return (SWEEP_DIR, *extra)
+
+
+def searchpath_of(overrides: list[str]) -> list[str]:
+    """The entries of a `hydra.searchpath=[...]` command-line override (none: [])."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    found: list[str] = []
+    for parsed in OverridesParser.create().parse_overrides(
+            [o for o in overrides if o.split("=", 1)[0].lstrip("+~") == "hydra.searchpath"]):
+        value = parsed.value()
+        found = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    return found
+
+
 def load_grids(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,),
                seen: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
     """(sweep name, grid) pairs of a sweep, its includes expanded (each sweep once)."""

@@ -32,7 +32,6 @@ from hacrl.layout import Layout, SweepDir
 from hacrl.mlflow_store import check_store, resolve_uri
 from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
 from hacrl.sweep.grid import (
-    SWEEP_DIR,
     Cell,
     Compose,
     Expansion,
@@ -41,6 +40,7 @@ from hacrl.sweep.grid import (
     expand,
     load_report_keys,
 )
+from hacrl.sweep.grid import sweep_dirs as searched_sweep_dirs
 from hacrl.sweep.progress import LiveProgress
 from hacrl.sweep.slurm import check_fits, wait_for_jobs
 from hacrl.sweep.state import DEADLINE_S, cell_status, format_table
@@ -115,9 +115,7 @@ class SweepRun:
 
     def sweep_dirs(self) -> tuple[Path, ...]:
         """sweeps/, then the `sweep` folder of every file:// entry of hydra.searchpath."""
-        extra = [Path(str(p).removeprefix("file://")) / "sweep"
-                 for p in self.config.hydra.get("searchpath") or [] if str(p).startswith("file://")]
-        return (SWEEP_DIR, *extra)
+        return searched_sweep_dirs(self.config.hydra.get("searchpath"))
 
     def execute(self) -> list[dict[str, Any]]:
         started = time.perf_counter()
