@@ -89,7 +89,24 @@ class Store:
         parsed = urlparse(uri)
         if not uri or parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost"):
             return None
-        return Path(url2pathname(parsed.path) if parsed.scheme else uri)  # %20 -> space
+        folder = Path(url2pathname(parsed.path) if parsed.scheme else uri)  # %20 -> space
+        return self._rebased(folder)
+
+    def _rebased(self, folder: Path) -> Path:
+        """A sqlite store's artifacts live beside its database (`mlartifacts/`); a store in a
+        moved or copied output root still names the old root's folder (MLflow keeps absolute
+        URIs; a writer re-bases them when it opens the store, `rebase_artifacts`): read this
+        store's own copy, never the old root's."""
+        from hacrl.layout import artifacts_beside
+        from hacrl.mlflow_store import sqlite_path
+
+        db = sqlite_path(self.uri)
+        beside = artifacts_beside(db) if db is not None else None
+        if beside is None or beside.name not in folder.parts:
+            return folder
+        parts = folder.parts
+        last = len(parts) - 1 - parts[::-1].index(beside.name)
+        return beside.joinpath(*parts[last + 1:])
 
     def select(self, **equal: Any) -> pd.DataFrame:
         """Rows whose columns equal the given values (tags compare as strings)."""

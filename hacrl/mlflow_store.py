@@ -62,7 +62,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from hacrl.errors import StoreError, one_line
-from hacrl.layout import Layout
+from hacrl.layout import Layout, artifacts_beside
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -79,6 +79,7 @@ LOCKED_RETRIES = 5
 # server that refuses, and 60 s per try for one that hangs; still enough for a brief restart.
 HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
+ARTIFACTS_DIR = "/" + artifacts_beside(Path("x")).name  # "/mlartifacts": a location's own folder
 # the artifact root MLflow gives a sqlite store it opens itself (its Default experiment's folder)
 DEFAULT_ARTIFACTS = "./mlruns"
 STORE_HELP = "pass output_root=... or tracking.uri=... (e.g. sqlite:///<path>/mlflow.db)"
@@ -175,6 +176,8 @@ def _ready(db: Path, create: bool) -> None:
         version, runs = _schema(db, writable=create)
         head = _head_revision()
         if version == head:
+            if create:
+                rebase_artifacts(db)
             return
         found = f"schema {version}" if version else "no schema version"
         if runs or not create:
@@ -191,6 +194,39 @@ def _ready(db: Path, create: bool) -> None:
               file=sys.stderr)
     if create and (not db.is_file() or db.stat().st_size == 0):
         _create(db)
+
+
+def rebase_artifacts(db: Path) -> int:
+    """A store in a moved or copied output root: its experiments' and runs' artifact locations
+    still name the `mlartifacts/` folder beside the database where it was made (MLflow keeps
+    absolute URIs). Re-base every such location onto the folder beside `db` now, so that this
+    store's readers read its own artifacts and its writers never write into the old root.
+    Locations elsewhere (a server's, the Default experiment's ./mlruns) are left as they are.
+    Returns the number of experiments re-based. Runs under the store's lock (writers)."""
+    import sqlite3
+
+    here = artifacts_beside(db).resolve().as_uri()
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=30)
+        try:
+            old_roots = {location.rsplit(ARTIFACTS_DIR, 1)[0] + ARTIFACTS_DIR
+                         for (location,) in con.execute("SELECT artifact_location FROM experiments")
+                         if isinstance(location, str) and location.startswith("file://")
+                         and ARTIFACTS_DIR + "/" in location + "/"}
+            moved = sorted(old for old in old_roots if old != here)
+            for old in moved:
+                with con:
+                    for table, column in (("experiments", "artifact_location"),
+                                          ("runs", "artifact_uri")):
+                        con.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                                    f"WHERE substr({column}, 1, ?) = ?",
+                                    (here, len(old) + 1, len(old), old))
+        finally:
+            con.close()
+    except sqlite3.Error as err:
+        raise StoreError(f"cannot re-base the artifact folders of the MLflow store {db} "
+                         f"({err}); {STORE_HELP}") from None
+    return len(moved)
 
 
 def _schema(db: Path, writable: bool) -> tuple[str | None, int]:

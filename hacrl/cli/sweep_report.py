@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from hacrl.config import ConfigError
 from hacrl.layout import Layout
-from hacrl.schema.sweep_manifest import SweepManifest, read_manifest
+from hacrl.schema.sweep_manifest import SweepManifest
 from hacrl.sweep.grid import SWEEP_DIR, all_grids, expand, load_report_keys
+from hacrl.sweep.state import read_rebased_manifest
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -110,7 +111,7 @@ def report_record(name: str, overrides: list[str], cfg: DictConfig,
     from hacrl.config import compose, zoo_seed
 
     definition = sweep_definition(name, dirs)
-    manifest = read_manifest(Layout.at(cfg.output_root).sweep(name).path)
+    manifest = read_rebased_manifest(Layout.at(cfg.output_root).sweep(name).path)
     cells = manifest.cells if manifest else []
     if not (manifest and manifest.sweep == name and cells and all(c.params for c in cells)
             and all(c.scale == str(cfg.scale.name) and c.zoo_seed == (zoo_seed(cfg) or 0)

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.checkpoint import read_done
-from hacrl.layout import RunDir, SweepDir
+from hacrl.layout import Layout, RunDir, SweepDir
+from hacrl.mlflow_store import sqlite_uri
 from hacrl.schema import tags as T
 from hacrl.schema.sweep_manifest import SweepManifest, read_manifest
 from hacrl.sweep.grid import Cell
@@ -95,8 +96,29 @@ def slurm_queued(job: str) -> bool | None:
 
 def read_cells(sweep_dir: Path) -> tuple[SweepManifest | None, list[Cell]]:
     """The sweep folder's manifest (None: the sweep never started there) and its cells."""
-    manifest = read_manifest(sweep_dir)
+    manifest = read_rebased_manifest(sweep_dir)
     return manifest, [Cell.of(c) for c in manifest.cells] if manifest else []
+
+
+def read_rebased_manifest(sweep_dir: Path) -> SweepManifest | None:
+    """The manifest of `sweep_dir` (`<root>/sweeps/<name>`) with the paths it recorded under the
+    output root it was written in (the cells' run folders, the default store) re-based onto the
+    root it is in now: a moved or copied output root is read in place, and its store is never
+    looked for (or created) at the old path."""
+    manifest = read_manifest(sweep_dir)
+    if manifest is None:
+        return None
+    root = Path(sweep_dir).resolve().parent.parent
+    written = {Path(c.run_dir).parent.parent for c in manifest.cells
+               if c.run_dir and Path(c.run_dir).parent.name == "runs"}
+    if len(written) != 1 or (old := written.pop()) == root:
+        return manifest
+    for cell in manifest.cells:
+        if cell.run_dir and Path(cell.run_dir).is_relative_to(old):
+            cell.run_dir = str(root / Path(cell.run_dir).relative_to(old))
+    if manifest.tracking_uri == sqlite_uri(Layout(old).store_db):
+        manifest.tracking_uri = sqlite_uri(Layout(root).store_db)
+    return manifest
 
 
 def _evaluated(tracker: Tracker, run_id: str, cell: Cell) -> bool:
