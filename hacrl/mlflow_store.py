@@ -127,6 +127,22 @@ def check_store(uri: str) -> None:
         _check_server(uri)
 
 
+def check_readable(uri: str) -> None:
+    """The checks of `open_client` for a reader (`hacrl ui`, reports): a scheme MLflow knows, a
+    sqlite store that exists and is a database (a mistyped output root is not a new empty
+    store), a server that answers. StoreError in one line otherwise."""
+    scheme = urlsplit(uri).scheme.split("+", 1)[0]
+    if scheme not in MLFLOW_SCHEMES and scheme not in _plugin_schemes() and uri != "databricks":
+        raise StoreError(f"tracking URI {uri}: MLflow has no store for scheme '{scheme}'; use "
+                         "sqlite:///<path>/mlflow.db, http(s)://<host>:<port> of an `mlflow "
+                         "server`, or a database URL (postgresql://, mysql://)")
+    db = sqlite_path(uri)
+    if db is not None:
+        _check_sqlite(db, create=False)
+    elif scheme in ("http", "https"):
+        _check_server(uri)
+
+
 # the schemes MLflow 3 registers itself (mlflow/tracking/_tracking_service/utils.py)
 MLFLOW_SCHEMES = {"", "file", "databricks", "databricks-uc", "uc", "http", "https", "postgresql",
                   "mysql", "sqlite", "mssql"}

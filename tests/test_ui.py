@@ -31,6 +31,9 @@ def _answers(port: int) -> bool:
 
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, list[psutil.Process]]:
+    from hacrl.tracking import Tracker
+
+    Tracker(f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}", "hacrl-tiny")  # a store to show
     port = _free_port()
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     ui = subprocess.Popen([sys.executable, "-m", "hacrl.cli", "ui",
@@ -116,3 +119,27 @@ def test_views_show_each_sweeps_jobs_with_their_scores(tmp_path: Path) -> None:
         "metrics.`avg/a`"
     # no store yet: nothing written, nothing said
     assert view_links(f"sqlite:///{tmp_path / 'none' / 'mlflow.db'}", "http://x") == []
+
+
+def test_ui_faults_are_one_line_and_serve_nothing(tmp_path: Path) -> None:
+    """No store at the output root (a typo), a URI MLflow has no store for, a port another
+    process holds: each one `hacrl:` line, exit 1, nothing created and nothing served."""
+    from hacrl.tracking import Tracker
+
+    Tracker(f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}", "hacrl-tiny")
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        cases = [([f"output_root={tmp_path / 'typo'}"], f"no MLflow store at {tmp_path / 'typo'}"),
+                 (["--uri", "foo://x"], "MLflow has no store for scheme 'foo'"),
+                 ([f"output_root={tmp_path / 'out'}", "--port", str(taken)],
+                  f"ui: port {taken} on 127.0.0.1 is not free")]
+        for args, needle in cases:
+            out = subprocess.run([sys.executable, "-m", "hacrl.cli", "ui", *args], env=env,
+                                 capture_output=True, text=True, timeout=60)
+            lines = out.stderr.strip().splitlines()
+            assert out.returncode == 1 and len(lines) == 1, out.stderr
+            assert lines[0].startswith("hacrl: ") and needle in lines[0], lines
+    assert not (tmp_path / "typo").exists()

@@ -74,10 +74,28 @@ def view_links(store: str, base: str) -> list[str]:
         return [f"(no saved views: {type(err).__name__}: {str(err).splitlines()[0]})"]
 
 
+def check_port(port: int) -> None:
+    """The port is free on 127.0.0.1 (else the server fails to bind, and a link would open
+    whatever else listens there): HacrlError naming it otherwise."""
+    import socket
+
+    from hacrl.errors import HacrlError
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as err:
+            raise HacrlError(f"ui: port {port} on 127.0.0.1 is not free ({err.strerror or err}): "
+                             "another process listens there; pass --port N (another port), "
+                             "or stop that process") from None
+
+
 def serve(uri: str | None, output_root: str, port: int) -> int:
-    from hacrl.mlflow_store import resolve_uri
+    from hacrl.mlflow_store import check_readable, resolve_uri
 
     store = resolve_uri(uri, Path(output_root).resolve())
+    check_readable(store)  # no store there: one line, not a new empty one served
+    check_port(port)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
            "MLFLOW_DISABLE_TELEMETRY": "true"}
     print(f"MLflow UI for {store} at http://127.0.0.1:{port} (Ctrl-C stops it)", file=sys.stderr)
@@ -94,7 +112,11 @@ def serve(uri: str | None, output_root: str, port: int) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return proc.wait()
+        code = proc.wait()
+        # the server serves until it is stopped: one that ends by itself has failed
+        print(f"hacrl: ui: the MLflow server for {store} ended by itself (exit {code}); its "
+              "lines above say why", file=sys.stderr)
+        return code or 1
     except KeyboardInterrupt:
         _stop(proc)
         return 128 + (stopping[0] if stopping else signal.SIGINT)
