@@ -431,3 +431,28 @@ def test_partition_nodes_reads_sinfo(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert partition_nodes("nope") is None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert partition_nodes(None) is None  # no sinfo: sbatch decides
+
+
+HACRL_SWEEPER = "defaults:\n  - override /hydra/sweeper: hacrl\n"
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("hydra:\n  sweeper:\n    grids: [\n", "not valid YAML (expected the node content"),
+    ("- a\n- b\n", "a sweep file is a mapping"),
+    ("hydra:\n  sweeper:\n    grids:\n      - pair: size\n", "not a hacrl sweep: its defaults"),
+    (HACRL_SWEEPER + "hydra:\n  sweeper:\n    grids: 5\n", "grids must be a list of mappings"),
+    (HACRL_SWEEPER + "hydra:\n  sweeper:\n    grids: [a, b]\n", "grids must be a list of mapp"),
+    (HACRL_SWEEPER + "hydra:\n  sweeper:\n    include: 5\n", "include must be a list of sweep"),
+    (HACRL_SWEEPER + "hydra:\n  sweeper:\n    name: x\n", "hydra.sweeper has no grids"),
+], ids=["yaml", "list", "no-sweeper", "grids-5", "grids-scalars", "include-5", "empty"])
+def test_a_bad_user_sweep_file_is_one_line_before_hydra_starts(tmp_path, capsys, text, needle):
+    from hacrl.cli.main import main
+
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "mine.yaml").write_text(text)
+    assert main(["sweep", "mine", f"hydra.searchpath=[file://{tmp_path}]",
+                 f"output_root={tmp_path / 'out'}"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"hacrl: sweep: {tmp_path}/sweep/mine.yaml: ")
+    assert needle in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()

@@ -124,11 +124,10 @@ def _sweep(name: str, args: list[str]) -> int:
     overrides and Hydra flags (`--cfg job`, ...) as `hacrl train` takes them."""
     from hacrl.cli.hydra_app import PRINT_ONLY, hydra_flags, run_app
     from hacrl.config import ConfigError
-    from hacrl.sweep.grid import sweep_file
+    from hacrl.sweep.grid import check_sweep_file, searchpath_of, sweep_dirs, sweep_file
 
-    try:
-        if not any(o.startswith("hydra.searchpath") for o in args):
-            sweep_file(name)  # (a user's folder on hydra.searchpath is checked later)
+    try:  # the sweep's file (a user's, in a hydra.searchpath folder, too): before Hydra starts
+        check_sweep_file(sweep_file(name, sweep_dirs(searchpath_of(args))))
     except ConfigError as err:
         print(f"hacrl: sweep: {err}", file=sys.stderr)
         return 2

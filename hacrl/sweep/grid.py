@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from hacrl.algo.methods import METHODS
 from hacrl.config import CONFIG_DIR, ConfigError, config_hash
@@ -109,12 +109,52 @@ def searchpath_of(overrides: list[str]) -> list[str]:
     return found
 
 
+def check_sweep_file(path: Path) -> DictConfig:
+    """A sweep file hacrl's sweeper can read: valid YAML, a mapping, `override /hydra/sweeper:
+    hacrl` among its defaults, `hydra.sweeper.grids` a list of mappings and/or
+    `hydra.sweeper.include` a list of sweep names. Its config, or one ConfigError naming the
+    file, what is wrong and what to do."""
+    import yaml
+
+    shape = "see sweeps/README.md for a sweep file's shape"
+    try:
+        node = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML ({problem}{where}); fix the file") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: unreadable ({err.strerror or err})") from None
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"{path}: a sweep file is a mapping (defaults, hydra.sweeper.grids); "
+                          f"{shape}")
+    defaults = node.get("defaults") or []
+    if not any(isinstance(d, DictConfig) and d.get("override /hydra/sweeper") == "hacrl"
+               for d in defaults):
+        raise ConfigError(f"{path}: not a hacrl sweep: its defaults lack `- override "
+                          f"/hydra/sweeper: hacrl`; {shape}")
+    sweeper = OmegaConf.select(node, "hydra.sweeper")
+    grids = sweeper.get("grids") if isinstance(sweeper, DictConfig) else None
+    include = sweeper.get("include") if isinstance(sweeper, DictConfig) else None
+    if grids is not None and not (isinstance(grids, ListConfig)
+                                  and all(isinstance(g, DictConfig) for g in grids)):
+        raise ConfigError(f"{path}: hydra.sweeper.grids must be a list of mappings, e.g. "
+                          f"`- pair: size` / `  method: [gspo, hacpo]`; {shape}")
+    if include is not None and not (isinstance(include, ListConfig)
+                                    and all(isinstance(i, str) for i in include)):
+        raise ConfigError(f"{path}: hydra.sweeper.include must be a list of sweep names")
+    if not grids and not include:
+        raise ConfigError(f"{path}: hydra.sweeper has no grids (and includes no sweep); {shape}")
+    return node
+
+
 def load_grids(name: str, dirs: tuple[Path, ...] = (SWEEP_DIR,),
                seen: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
     """(sweep name, grid) pairs of a sweep, its includes expanded (each sweep once)."""
     if name in seen:
         return []
-    node = OmegaConf.load(sweep_file(name, dirs))
+    node = check_sweep_file(sweep_file(name, dirs))
     sweeper = OmegaConf.select(node, "hydra.sweeper") or {}
     grids: list[tuple[str, dict[str, Any]]] = []
     for included in sweeper.get("include") or []:
