@@ -17,6 +17,7 @@ def main(cfg: DictConfig) -> object:
     from hydra.types import RunMode
 
     from hacrl.job import run_job
+    from hacrl.job.lock import Terminated
 
     if (cfg.get("cell") or {}).get("id"):  # a cell launched by a sweep (hacrl/sweep)
         from pathlib import Path
@@ -43,6 +44,16 @@ def main(cfg: DictConfig) -> object:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # Hydra records this job as failed and runs the others
         sys.exit(err.exit_code)
+    except (Terminated, KeyboardInterrupt) as err:  # stopped, at any phase: not a fault
+        import signal
+
+        how, code = ("SIGTERM", 128 + signal.SIGTERM) if isinstance(err, Terminated) else \
+            ("Ctrl-C", 128 + signal.SIGINT)
+        print(f"hacrl: job stopped ({how}); its MLflow runs are KILLED, and the same command "
+              "resumes it from its last checkpoint", file=sys.stderr, flush=True)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise
+        sys.exit(code)
     _print_summary(summary)
     return summary
 

@@ -626,3 +626,37 @@ def test_a_truncated_zoo_model_is_one_line(hacrl, micro_zoo, tmp_path):
     line = _one_line(out)
     assert out.returncode == 2 and "model.safetensors is truncated" in line
     assert f"hacrl zoo build --force {AGENTS[0]}" in line
+
+
+@pytest.mark.parametrize("phase", ["training", "evaluating"])
+@pytest.mark.slow
+def test_a_sigterm_at_any_phase_is_one_line_and_the_rerun_finishes(hacrl_cmd, cli_env,
+                                                                   new_output_root, phase):
+    """SIGTERM while the job trains or while it evaluates: exit 143, one `hacrl:` line and no
+    traceback, the runs KILLED; the same command then finishes the job."""
+    import signal
+
+    root = new_output_root()
+    args = [*hacrl_cmd, "train", *QUICK, "train.steps=6", f"output_root={root}",
+            "eval.at_end=true"]
+    job = subprocess.Popen(args, env=cli_env(root), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+    assert job.stderr is not None
+    marker = b"step/s" if phase == "training" else b"generate_until"
+    seen = b""
+    while marker not in seen:
+        chunk = os.read(job.stderr.fileno(), 4096)
+        assert chunk, seen.decode(errors="replace")[-3000:]
+        seen += chunk
+    job.send_signal(signal.SIGTERM)
+    rest = job.stderr.read()
+    assert job.wait(timeout=120) == 128 + signal.SIGTERM
+    text = (seen + rest).decode(errors="replace")
+    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.startswith("hacrl:")]
+    assert lines == ["hacrl: job stopped (SIGTERM); its MLflow runs are KILLED, and the same "
+                     "command resumes it from its last checkpoint"], text[-3000:]
+    assert "Traceback" not in text
+    assert {r.info.status for r in _runs(root, "tags.`hacrl.kind` = 'job'")} == {"KILLED"}
+    again = subprocess.run(args, env=cli_env(root), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(_runs(root, "tags.`hacrl.kind` = 'job' and attributes.status = 'FINISHED'")) == 1

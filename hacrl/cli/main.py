@@ -234,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     except HacrlError as err:  # a fault the user can act on: one line, no traceback
         print_error(err)
         return err.exit_code
+    except KeyboardInterrupt:  # Ctrl-C: stopped, not failed
+        print("hacrl: stopped (Ctrl-C)", file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str] | None) -> int:
