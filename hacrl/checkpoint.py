@@ -183,6 +183,21 @@ def _files(folder: Path) -> list[Path]:
                   and p.name != MARK)
 
 
+def _out_of_space(folder: Path, err: BaseException) -> bool:
+    """Whether a failed write was a full disk (ENOSPC, a quota, or a disk that has less free
+    than a checkpoint's first file needs: torch reports it only as a bad zip position)."""
+    import errno
+
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return True
+    if "No space left on device" in str(err) or "os error 28" in str(err):
+        return True
+    try:
+        return shutil.disk_usage(folder).free < 1024 * 1024  # under 1 MiB left
+    except OSError:
+        return False
+
+
 def step_dir(ckpt_root: Path, step: int) -> Path:
     return ckpt_root / f"step_{step:06d}"
 
@@ -194,11 +209,19 @@ def save(ckpt_root: Path, step: int, save_agents: Callable[[Path], None],
     final = step_dir(ckpt_root, step)
     tmp = ckpt_root / f".tmp_{final.name}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_agents(tmp)
-    (tmp / STATE_FILE).write_text(json.dumps(encode_state(state)))
-    files = {str(p.relative_to(tmp)): [p.stat().st_size, _digest(p)] for p in _files(tmp)}
-    (tmp / MARK).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}))
+    try:
+        tmp.mkdir(parents=True)
+        save_agents(tmp)
+        (tmp / STATE_FILE).write_text(json.dumps(encode_state(state)))
+        files = {str(p.relative_to(tmp)): [p.stat().st_size, _digest(p)] for p in _files(tmp)}
+        (tmp / MARK).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}))
+    except Exception as err:  # torch, safetensors and json each say a full disk their own way
+        shutil.rmtree(tmp, ignore_errors=True)  # the older checkpoints stay whole
+        if not _out_of_space(ckpt_root, err):
+            raise
+        raise CheckpointError(f"cannot write the checkpoint of step {step} into {ckpt_root}: "
+                              "its disk is full; free space there, then rerun the same command: "
+                              "the job resumes from its newest whole checkpoint") from None
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     for _, old in complete(ckpt_root)[KEEP:]:

@@ -446,11 +446,14 @@ def _stray_folders(uri: str, db: Path | None) -> list[Path]:
 
 
 class _DropLocked(logging.Filter):
-    """MLflow logs a traceback for every "database is locked" before it raises; Tracker
-    retries those (and raises StoreError if they persist), so the tracebacks are noise."""
+    """MLflow logs a traceback for every sqlite error ("database is locked", "attempt to write
+    a readonly database", a full disk) before it raises it; Tracker retries the locked ones and
+    turns the rest into one StoreError line (`unwritable`), so the tracebacks are noise."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "database is locked" not in record.getMessage()
+        message = record.getMessage()
+        return "database is locked" not in message and \
+            not message.startswith("SQLAlchemy database error")
 
 
 def _quiet_locked_logs() -> None:
@@ -496,6 +499,25 @@ def server_gone(err: BaseException) -> str | None:
     return "no answer"
 
 
+# sqlite's answers for a store that can no longer be written (deleted or moved while open, a
+# full disk, an I/O error, tables gone): a fault of the store, not of the job
+UNWRITABLE = ("attempt to write a readonly database", "database or disk is full",
+              "disk I/O error", "unable to open database file", "no such table",
+              "database disk image is malformed", "file is not a database")
+
+
+def unwritable(err: BaseException) -> str | None:
+    """Which of `UNWRITABLE` an error (or its cause) says; None for any other error."""
+    seen: BaseException | None = err
+    while seen is not None:
+        text = str(seen)
+        for reason in UNWRITABLE:
+            if reason in text:
+                return reason
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class Timed:
     """An MlflowClient whose calls add their wall time to `busy_s` (tracking overhead) and, on
     sqlite, are retried when the database is locked (`retries` times; counted in
@@ -518,6 +540,8 @@ class Timed:
             try:
                 return self._retry_locked(lambda: attr(*args, **kwargs))
             except Exception as err:
+                if (reason := unwritable(err)) is not None:
+                    raise StoreError(self._unwritable(reason)) from None
                 if (reason := server_gone(err)) is None:
                     raise
                 raise StoreError(
@@ -528,6 +552,15 @@ class Timed:
                 self.busy_s += time.perf_counter() - tic
 
         return timed
+
+    def _unwritable(self, reason: str) -> str:
+        db = sqlite_path(self._uri)
+        where = str(db) if db is not None else self._uri
+        gone = " (the file is gone: deleted or moved while the job ran)" if db is not None \
+            and not db.exists() else ""
+        return (f"the MLflow store {where} cannot be written: {reason}{gone}; restore it (or "
+                "free space on its disk), then rerun the same command: the job resumes from "
+                "its newest checkpoint")
 
     def _retry_locked(self, call: Callable[[], Any]) -> Any:
         """`call()`, retried when sqlite says "database is locked" (the failed transaction was

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import time
@@ -660,3 +661,84 @@ def test_a_sigterm_at_any_phase_is_one_line_and_the_rerun_finishes(hacrl_cmd, cl
     again = subprocess.run(args, env=cli_env(root), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert len(_runs(root, "tags.`hacrl.kind` = 'job' and attributes.status = 'FINISHED'")) == 1
+
+
+def _stderr_after(job: subprocess.Popen, marker: bytes, then: Callable[[], None]) -> str:
+    """The job's stderr; `then()` runs once `marker` has appeared in it."""
+    assert job.stderr is not None
+    seen = b""
+    while marker not in seen:
+        chunk = os.read(job.stderr.fileno(), 4096)
+        assert chunk, seen.decode(errors="replace")[-3000:]
+        seen += chunk
+    then()
+    return (seen + job.stderr.read()).decode(errors="replace")
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved"])
+@pytest.mark.slow
+def test_a_store_deleted_or_moved_mid_job_is_one_line(hacrl_cmd, cli_env, new_output_root, how):
+    root = new_output_root()
+    db = root / "mlflow.db"
+    job = subprocess.Popen([*hacrl_cmd, "train", *QUICK, "train.steps=8", f"output_root={root}"],
+                           env=cli_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    text = _stderr_after(job, b"step/s", db.unlink if how == "deleted"
+                         else lambda: db.rename(root / "elsewhere.db"))
+    assert job.wait(timeout=300) == 1
+    assert "Traceback" not in text and "sqlalchemy" not in text.lower(), text[-3000:]
+    lines = [ln for ln in text.replace("\r", "\n").splitlines() if ln.startswith("hacrl:")]
+    assert lines == [f"hacrl: the MLflow store {db} cannot be written: attempt to write a "
+                     "readonly database (the file is gone: deleted or moved while the job ran); "
+                     "restore it (or free space on its disk), then rerun the same command: the "
+                     "job resumes from its newest checkpoint"], text[-3000:]
+
+
+def test_a_full_disk_while_checkpointing_is_a_checkpoint_error_and_keeps_the_older_ones(
+        tmp_path) -> None:
+    import errno
+
+    root = tmp_path / "ckpt"
+    checkpoint.save(root, 1, lambda folder: (folder / "w").write_text("1"), {"step": 1})
+
+    def full(folder: Path) -> None:
+        (folder / "w").write_text("partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CheckpointError, match=r"cannot write the checkpoint of step 2 into .*: its "
+                                              r"disk is full; free space there"):
+        checkpoint.save(root, 2, full, {"step": 2})
+    assert sorted(p.name for p in root.iterdir()) == ["step_000001"]  # no half step 2 left
+    checkpoint.verify(root / "step_000001")
+    with pytest.raises(ValueError, match="not a disk fault"):  # other faults stay themselves
+        checkpoint.save(root, 3, lambda folder: (_ for _ in ()).throw(ValueError("not a disk "
+                                                                                  "fault")), {})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs (a real full disk) needs root")
+def test_a_really_full_disk_mid_job_is_one_line_and_the_job_resumes(hacrl_cmd, cli_env, tmp_path,
+                                                                     mlflow_template):
+    """A 1.8 MB tmpfs holds the store and the first checkpoint, not the second: one line, exit
+    1; with room again, the same command resumes from the checkpoint that is whole."""
+    disk = tmp_path / "small-disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1800k", "tmpfs", str(disk)], check=True)
+    try:
+        root = disk / "out"
+        root.mkdir()
+        shutil.copy(mlflow_template, root / "mlflow.db")
+        args = [*hacrl_cmd, "train", *QUICK, "train.steps=12", f"output_root={root}"]
+        full = subprocess.run(args, env=cli_env(root), capture_output=True, text=True,
+                              timeout=300)
+        assert full.returncode == 1
+        line = _one_line(full)
+        assert "its disk is full; free space there, then rerun the same command" in line, line
+        kept = _ckpts(root)
+        assert kept
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        again = subprocess.run(args, env=cli_env(root), capture_output=True, text=True,
+                               timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert _ckpts(root)[0].name == "step_000012"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

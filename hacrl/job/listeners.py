@@ -16,6 +16,7 @@ from typing import Any
 
 from hacrl import checkpoint, faults
 from hacrl.arith import Problem
+from hacrl.errors import StoreError
 from hacrl.eta import log_line
 from hacrl.evaluation.greedy import greedy_accuracy, render_prompts
 from hacrl.events import (
@@ -70,6 +71,8 @@ class StepMetrics:
         elif isinstance(event, Failed):
             try:
                 self.flush()
+            except StoreError:
+                pass  # the store's fault is the error the job ends with: said once, there
             except Exception as err:  # the training error is the one to report
                 print(f"hacrl: the last steps' metrics were not logged: {err}", file=sys.stderr)
         elif isinstance(event, ValidationDue | CheckpointDue | Finished):
