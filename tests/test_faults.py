@@ -698,7 +698,10 @@ def test_a_full_disk_while_checkpointing_is_a_checkpoint_error_and_keeps_the_old
     import errno
 
     root = tmp_path / "ckpt"
-    checkpoint.save(root, 1, lambda folder: (folder / "w").write_text("1"), {"step": 1})
+    def whole(folder: Path) -> None:
+        (folder / "w").write_text("1")
+
+    checkpoint.save(root, 1, whole, {"step": 1})
 
     def full(folder: Path) -> None:
         (folder / "w").write_text("partial")
