@@ -264,6 +264,9 @@ def verify(folder: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise CheckpointError(f"{folder / MARK} is not a hacrl checkpoint record of format "
                               f"{FORMAT} (written by an older hacrl, or damaged)") from err
+    if mark.get("step") != int(folder.name.removeprefix("step_")):
+        raise CheckpointError(f"{folder / MARK} records step {mark.get('step')!r}, not the "
+                              f"folder's {folder.name} (moved or edited)")
     _check_links(folder)  # first: the checks below would follow a link
     for name, (size, digest) in sorted(files.items()):
         path = folder / name
@@ -290,6 +293,15 @@ def _check_links(folder: Path) -> None:
             if path.is_symlink() and not path.resolve().is_relative_to(inside):
                 raise CheckpointError(f"{path} links outside the checkpoint (to "
                                       f"{path.resolve()}); it was not loaded")
+
+
+def check_team(folder: Path, agents: list[str]) -> None:
+    """The checkpoint holds exactly these agents' folders (CheckpointError otherwise): one of
+    another team (copied in, or of an edited config) is never loaded into this one."""
+    found = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    if found != sorted(agents):
+        raise CheckpointError(f"{folder} holds the agents {found}, not this team's "
+                              f"{sorted(agents)}")
 
 
 def load_state(folder: Path) -> dict[str, Any]:

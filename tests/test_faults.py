@@ -321,6 +321,45 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous(copied, capsys, 
     checkpoint.verify(_ckpts(root)[0])
 
 
+def _rerecord(folder: Path) -> None:
+    """Rewrite a step folder's record for its files as they are now (a consistent forgery)."""
+    mark = json.loads((folder / checkpoint.MARK).read_text())
+    mark["files"] = {str(p.relative_to(folder)): [p.stat().st_size, checkpoint._digest(p)]
+                     for p in checkpoint._files(folder)}
+    (folder / checkpoint.MARK).write_text(json.dumps(mark))
+
+
+@pytest.mark.parametrize("forgery", ["another_team", "foreign_loop_state", "renamed_step"])
+@pytest.mark.slow
+def test_a_checkpoint_that_is_not_this_teams_is_skipped_though_its_record_matches(
+        copied, capsys, forgery, steps_run):
+    """The newest checkpoint's files match its record, but it is not this team's (an agent
+    folder of another model, a loop state of three agents, a step folder renamed): it is
+    skipped with one warning naming why, and the job resumes from the previous one."""
+    root = copied
+    newest, _ = _ckpts(root)
+    if forgery == "another_team":
+        (newest / AGENTS[0]).rename(newest / "intruder-model")
+        _rerecord(newest)
+        why = f"holds the agents ['intruder-model', '{AGENTS[1]}'], not this team's"
+    elif forgery == "foreign_loop_state":
+        state = json.loads((newest / "loop.json").read_text())
+        state["capability"]["history"] = [[0.5, 0.5, 0.5]]
+        (newest / "loop.json").write_text(json.dumps(state))
+        _rerecord(newest)
+        why = "loop.json does not fit this team (ValueError: capability history is not rows"
+    else:
+        (newest / checkpoint.MARK).write_text((newest / checkpoint.MARK).read_text()
+                                              .replace('"step": 2', '"step": 3'))
+        why = "records step 3, not the folder's step_000002"
+    next(root.glob("runs/*/team-0/DONE.json")).unlink()
+    again = _train_here(root, capsys)
+    assert again.returncode == 0, again.stderr[-3000:]
+    warnings = [ln for ln in again.stderr.splitlines() if "checkpoint skipped" in ln]
+    assert len(warnings) == 1 and why in warnings[0], again.stderr[-3000:]
+    assert "resuming from step 1" in warnings[0] and steps_run == [2]
+
+
 @pytest.mark.slow
 def test_no_usable_checkpoint_is_one_line_and_deletes_nothing(copied, capsys, steps_run):
     root = copied

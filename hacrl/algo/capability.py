@@ -74,4 +74,9 @@ class CapabilityWindow:
     def load_state_dict(self, state: dict) -> None:
         if state["n_agents"] != self.n_agents:
             raise ValueError(f"checkpoint has {state['n_agents']} agents, job has {self.n_agents}")
-        self.history = [list(row) for row in state["history"]][-self.window :]
+        rows = [list(row) for row in state["history"]]
+        if not all(len(row) == self.n_agents and all(
+                isinstance(p, int | float) and 0.0 <= p <= 1.0 for p in row) for row in rows):
+            raise ValueError(f"capability history is not rows of {self.n_agents} accuracies in "
+                             "[0, 1]")
+        self.history = rows[-self.window :]

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from hacrl import checkpoint, faults
 from hacrl.config import AgentSpec, JobSpec
-from hacrl.errors import StoreError, check_writable
+from hacrl.errors import CheckpointError, StoreError, check_writable
 from hacrl.eta import log_line
 from hacrl.events import Listener, Schedule, run_steps
 from hacrl.job import requeue
@@ -257,9 +257,15 @@ def _resume(team_dir: TeamDir, agents: list[Agent], loop: TeamLoop) -> int:
     """Load the team's newest usable checkpoint; the step it stands at (0: none)."""
 
     def load(folder: Path) -> None:
+        checkpoint.check_team(folder, [a.name for a in agents])
+        state = checkpoint.load_state(folder)
+        try:  # the loop's state first: a state of another team loads no weights
+            loop.load_state_dict(state)
+        except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as err:
+            raise CheckpointError(f"{folder / checkpoint.STATE_FILE} does not fit this team "
+                                  f"({type(err).__name__}: {err})") from None
         for agent in agents:
             agent.engine.load(folder / agent.name)
-        loop.load_state_dict(checkpoint.load_state(folder))
 
     latest = checkpoint.restore(team_dir.ckpt, load)
     return latest[0] if latest is not None else 0
