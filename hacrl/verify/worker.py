@@ -89,7 +89,12 @@ def _answer(kind: str, payload: tuple[Any, ...], soft_s: float) -> Reply:
 
 
 def main(fd: int, memory_mb: int) -> None:
-    """Entry point of a worker interpreter: serve on the socket inherited as file descriptor `fd`."""
+    """Entry point of a worker interpreter: serve on the socket inherited as file descriptor `fd`.
+    It ends with the process that started it, however that one ends (mid-grade too: a closed
+    socket is only seen between items)."""
+    from hacrl.faults import die_with_parent
+
+    die_with_parent(os.getppid())
     serve(Connection(fd), memory_mb)
 
 
