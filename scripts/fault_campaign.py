@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+EXPERIMENT = "hacrl-tiny"  # tracking.experiment at scale=tiny: where the jobs' runs are
 QUICK = ["train.steps=2", "train.save_every=1", "train.prompts_per_step=2",
          "train.minibatch_prompts=2", "train.rollouts_per_prompt=2", "rollout.max_new_tokens=8",
          "validation.every=0", "eval.at_end=true", "eval.benchmarks=[tiny_gsm8k]"]
@@ -209,7 +210,7 @@ def multirun_new_store(c: Campaign) -> None:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("hacrl")
+    exp = client.get_experiment_by_name(EXPERIMENT)
     jobs = client.search_runs([exp.experiment_id], "tags.`hacrl.kind` = 'job'") if exp else []
     finished = sum(r.info.status == "FINISHED" for r in jobs)
     c.record("hydra -m seed=0,1,2 on a brand-new store", code == 0 and finished == 3, code, secs,
@@ -233,7 +234,7 @@ def running_runs(root: Path) -> int:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("hacrl")
+    exp = client.get_experiment_by_name(EXPERIMENT)
     if exp is None:  # no run was ever logged
         return 0
     return len(client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'"))
@@ -270,7 +271,7 @@ def dead_node(c: Campaign) -> None:
 
     (state,) = (root / "sweeps" / "mini" / "cells").glob("*.json")
     data = json.loads(state.read_text())
-    tracker = Tracker(f"sqlite:///{root / 'mlflow.db'}", "hacrl")
+    tracker = Tracker(f"sqlite:///{root / 'mlflow.db'}", EXPERIMENT)
     run = tracker.start_run("ghost", {"config_hash": data["cell"], "hacrl.kind": "job",
                                       "hacrl.host": "node-17"})
     write_json(state, {**data, "status": "running", "host": "node-17",
