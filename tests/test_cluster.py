@@ -163,7 +163,7 @@ def test_a_sweep_runs_through_sbatch_with_a_failed_and_a_cancelled_cell(
       - pair: size
         method: hacpo
         train.steps: [2]
-        train.minibatch_prompts: [3]   # fails validation in its job
+        agents: ["[qwen3-1.7b-base,qwen3-8b-base]"]   # not in the micro zoo: its job fails
       - pair: size
         method: hacpo
         train.steps: [300]
@@ -193,7 +193,7 @@ def test_a_sweep_runs_through_sbatch_with_a_failed_and_a_cancelled_cell(
                                                            "killed": 1}, log[-3000:]
     assert rows[long["cell"]]["status"] == "killed"
     (failed,) = [r for r in rows.values() if r["status"] == "failed"]
-    assert "train.minibatch_prompts=3" in failed["error"]
+    assert "agents[1]=qwen3-8b-base: no model at" in failed["error"]
     jobs = _runs(root, "tags.`hacrl.kind` = 'job'")
     assert Counter(r.info.status for r in jobs) == {"FINISHED": 1, "KILLED": 1}
     assert not _runs(root, "attributes.status = 'RUNNING'")

@@ -227,7 +227,8 @@ hydra:
         method: [gspo, hacpo]
       - pair: size
         method: hacpo
-        train.minibatch_prompts: [3]   # fails its job's validation: the other cells must not care
+        # not in the micro zoo: fails its job's validation; the other cells must not care
+        agents: ["[qwen3-1.7b-base,qwen3-8b-base]"]
 """
 
 
@@ -255,7 +256,7 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
     rows = json.loads((root / "sweeps" / "mini" / "status.json").read_text())["rows"]
     assert Counter(r["status"] for r in rows) == {"done": 3, "failed": 1}, first.stderr
     (failed,) = [r for r in rows if r["status"] == "failed"]
-    assert "train.minibatch_prompts=3" in failed["error"]
+    assert "agents[1]=qwen3-8b-base: no model at" in failed["error"]
     assert "4 cells asked, 4 distinct" in first.stderr
     assert "failed" in first.stdout and failed["cell"] in first.stdout
     jobs = _runs(root, "tags.`hacrl.kind` = 'job'")
@@ -271,7 +272,7 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
         assert line in done_log, done_log
     assert "it/s]" not in done_log and "Loading weights" not in done_log, done_log
     failed_log = Path(failed["log"]).read_text()
-    assert "failed: ConfigError: train.minibatch_prompts=3" in failed_log, failed_log
+    assert "failed: ConfigError: agents[1]=qwen3-8b-base: no model at" in failed_log, failed_log
     assert not _runs(root, "attributes.status = 'RUNNING'")
     # the README's UI filters are valid MLflow searches, and the jobs one finds the jobs
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
