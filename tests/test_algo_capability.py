@@ -61,6 +61,21 @@ def test_capability_window_tracks_running_k5_mean_and_round_trips():
         CapabilityWindow(n_agents=3, window=5).load_state_dict(state)
 
 
+@pytest.mark.parametrize("history", [[[0.5]], [[0.5, 0.5, 0.5]], [[0.5, 1.01]], [[-0.01, 0.5]],
+                                     [[0.5, "0.5"]], [[0.5, None]]],
+                         ids=["short-row", "long-row", "above-1", "below-0", "text", "null"])
+def test_a_checkpointed_history_that_is_not_this_teams_is_refused(history) -> None:
+    """A loop state from a checkpoint of another team (or edited): rows of n accuracies in
+    [0, 1], else ValueError (the job then skips that checkpoint with one warning)."""
+    win = CapabilityWindow(n_agents=2, window=5)
+    state = {**win.state_dict(), "history": history}
+    with pytest.raises(ValueError, match=r"capability history is not rows of 2 accuracies in "
+                                         r"\[0, 1\]"):
+        win.load_state_dict(state)
+    win.load_state_dict({**state, "history": [[0.0, 1.0], [1, 0]]})  # the bounds themselves
+    assert win.history == [[0.0, 1.0], [1, 0]]
+
+
 def test_capability_window_state_is_the_checkpoint_format() -> None:
     """The window's state as a team checkpoint stores it: every key, so a checkpoint written by
     one version is read by the next (renaming a key is a format change, not a refactoring)."""
