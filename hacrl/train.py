@@ -40,7 +40,7 @@ def main(cfg: DictConfig) -> object:
         check_writable(spec.output_root)
         summary = run_job(spec)
     except HacrlError as err:  # one line for a fault the user can act on
-        print_error(err)
+        print_error(err, "\rhacrl: ")  # \r: a line of its own after an open progress bar
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # Hydra records this job as failed and runs the others
         sys.exit(err.exit_code)
@@ -49,7 +49,7 @@ def main(cfg: DictConfig) -> object:
 
         how, code = ("SIGTERM", 128 + signal.SIGTERM) if isinstance(err, Terminated) else \
             ("Ctrl-C", 128 + signal.SIGINT)
-        print(f"hacrl: job stopped ({how}); its MLflow runs are KILLED, and the same command "
+        print(f"\rhacrl: job stopped ({how}); its MLflow runs are KILLED, and the same command "
               "resumes it from its last checkpoint", file=sys.stderr, flush=True)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise

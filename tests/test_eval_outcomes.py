@@ -177,6 +177,9 @@ def test_eval_logs_outcomes_and_the_analysis_reads_them(job_env, new_output_root
 def test_outcomes_come_through_a_server_that_serves_the_artifacts(tmp_path):
     """A store behind `mlflow ui` (the server `hacrl ui` starts): the runs' artifacts live at
     `mlflow-artifacts:` URIs, which the reader downloads through the server, once per file."""
+    from hacrl.tracking import Tracker
+
+    Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "hacrl-tiny")  # `hacrl ui` serves a store
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "hacrl.cli", "ui", f"output_root={tmp_path}",
                                "--port", str(port)], cwd=tmp_path,

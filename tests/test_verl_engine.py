@@ -638,7 +638,14 @@ def paper_env(tmp_path: Path, micro_zoo: Path, monkeypatch: pytest.MonkeyPatch) 
         link = models / str(entry.paper)
         link.parent.mkdir(parents=True, exist_ok=True)
         family = "llama3.2-1b-instruct" if entry.family == "llama" else "qwen3-4b-base"
-        link.symlink_to(micro_zoo / family)
+        link.mkdir()  # the micro model's files, with a paper model's positions (the budgets fit)
+        for file in (micro_zoo / family).iterdir():
+            if file.name == "config.json":
+                card = json.loads(file.read_text())
+                (link / file.name).write_text(json.dumps({**card,
+                                                          "max_position_embeddings": 40960}))
+            else:
+                (link / file.name).symlink_to(file)
     hub = tmp_path / "hub"
     for name, split, frame in (
         ("math_train", "train", {"problem": ["What is $1+1$?", "What is $2+3$?"],

@@ -127,7 +127,7 @@ def _sweep(name: str, args: list[str]) -> int:
     from hacrl.sweep.grid import check_sweep_file, searchpath_of, sweep_dirs, sweep_file
 
     try:  # the sweep's file (a user's, in a hydra.searchpath folder, too): before Hydra starts
-        check_sweep_file(sweep_file(name, sweep_dirs(searchpath_of(args))))
+        check_sweep_file(sweep_file(name, sweep_dirs(searchpath_of(args))), entry=True)
     except ConfigError as err:
         print(f"hacrl: sweep: {err}", file=sys.stderr)
         return 2

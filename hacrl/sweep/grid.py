@@ -109,10 +109,11 @@ def searchpath_of(overrides: list[str]) -> list[str]:
     return found
 
 
-def check_sweep_file(path: Path) -> DictConfig:
+def check_sweep_file(path: Path, entry: bool = False) -> DictConfig:
     """A sweep file hacrl's sweeper can read: valid YAML, a mapping, `override /hydra/sweeper:
     hacrl` among its defaults, `hydra.sweeper.grids` a list of mappings and/or
-    `hydra.sweeper.include` a list of sweep names. Its config, or one ConfigError naming the
+    `hydra.sweeper.include` a list of sweep names (the defaults checked for the sweep a command
+    names, `entry`; an included file takes its includer's). Its config, or one ConfigError naming the
     file, what is wrong and what to do."""
     import yaml
 
@@ -130,7 +131,7 @@ def check_sweep_file(path: Path) -> DictConfig:
         raise ConfigError(f"{path}: a sweep file is a mapping (defaults, hydra.sweeper.grids); "
                           f"{shape}")
     defaults = node.get("defaults") or []
-    if not any(isinstance(d, DictConfig) and d.get("override /hydra/sweeper") == "hacrl"
+    if entry and not any(isinstance(d, DictConfig) and d.get("override /hydra/sweeper") == "hacrl"
                for d in defaults):
         raise ConfigError(f"{path}: not a hacrl sweep: its defaults lack `- override "
                           f"/hydra/sweeper: hacrl`; {shape}")

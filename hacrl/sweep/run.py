@@ -123,13 +123,12 @@ class SweepRun:
         check_leaf_ranges(first)  # the command line's values, before anything is written
         output_root = Layout.at(first.output_root).root
         uri = resolve_uri(first.tracking.uri, output_root)
+        check_store(uri)  # before the expansion (seconds): a fault is one quick line
+        check_writable(output_root)  # (an empty folder: no store is created yet)
         if self.pool is not None:
-            self.pool.prepare()  # writes nothing; overlaps the expansion
-        # every cell's values in range (the expansion checks them) before the store and the
-        # output root are made
+            self.pool.prepare()
+        # every cell's values in range (the expansion checks them) before any store or job
         expansion = expand(self.name, self.compose, self.sweep_dirs())
-        check_store(uri)
-        check_writable(output_root)
         cells = expansion.cells
         tracker = Tracker(uri, str(first.tracking.experiment))  # the store exists before any job
         tracker.reap_dead_runs()
