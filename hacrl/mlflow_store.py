@@ -115,11 +115,7 @@ def resolve_uri(configured: str | None, output_root: Path) -> str:
 def check_store(uri: str) -> None:
     """The store checks of `open_client` for a writer, without importing MLflow: a command
     calls it before its heavy imports, so a bad store is one line within seconds."""
-    scheme = urlsplit(uri).scheme.split("+", 1)[0]  # postgresql+psycopg2: a driver suffix
-    if scheme not in MLFLOW_SCHEMES and scheme not in _plugin_schemes() and uri != "databricks":
-        raise StoreError(f"tracking URI {uri}: MLflow has no store for scheme '{scheme}'; use "
-                         "sqlite:///<path>/mlflow.db, http(s)://<host>:<port> of an `mlflow "
-                         "server`, or a database URL (postgresql://, mysql://)")
+    scheme = _known_scheme(uri)
     db = sqlite_path(uri)
     if db is not None:
         _check_sqlite(db, create=True)
@@ -127,15 +123,21 @@ def check_store(uri: str) -> None:
         _check_server(uri)
 
 
-def check_readable(uri: str) -> None:
-    """The checks of `open_client` for a reader (`hacrl ui`, reports): a scheme MLflow knows, a
-    sqlite store that exists and is a database (a mistyped output root is not a new empty
-    store), a server that answers. StoreError in one line otherwise."""
-    scheme = urlsplit(uri).scheme.split("+", 1)[0]
+def _known_scheme(uri: str) -> str:
+    """The URI's scheme (a driver suffix dropped), or StoreError when MLflow has no store for it."""
+    scheme = urlsplit(uri).scheme.split("+", 1)[0]  # postgresql+psycopg2: a driver suffix
     if scheme not in MLFLOW_SCHEMES and scheme not in _plugin_schemes() and uri != "databricks":
         raise StoreError(f"tracking URI {uri}: MLflow has no store for scheme '{scheme}'; use "
                          "sqlite:///<path>/mlflow.db, http(s)://<host>:<port> of an `mlflow "
                          "server`, or a database URL (postgresql://, mysql://)")
+    return scheme
+
+
+def check_readable(uri: str) -> None:
+    """The checks of `open_client` for a reader (`hacrl ui`, reports): a scheme MLflow knows, a
+    sqlite store that exists and is a database (a mistyped output root is not a new empty
+    store), a server that answers. StoreError in one line otherwise."""
+    scheme = _known_scheme(uri)
     db = sqlite_path(uri)
     if db is not None:
         _check_sqlite(db, create=False)
