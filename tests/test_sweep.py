@@ -274,10 +274,10 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
     failed_log = Path(failed["log"]).read_text()
     assert "failed: ConfigError: agents[1]=qwen3-8b-base: no model at" in failed_log, failed_log
     assert not _runs(root, "attributes.status = 'RUNNING'")
-    # the README's UI filters are valid MLflow searches, and the jobs one finds the jobs
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    filters = dict(re.findall(r"^\| (.+?) \| ``(.+?)`` \|$", readme, re.M))
-    assert filters, "the README's filter table"
+    # the UI filters of docs/TRACKING.md are valid MLflow searches, and the jobs one finds the jobs
+    page = (Path(__file__).resolve().parents[1] / "docs" / "TRACKING.md").read_text()
+    filters = dict(re.findall(r"^\| (.+?) \| ``(.+?)`` \|$", page, re.M))
+    assert filters, "the filter table of docs/TRACKING.md"
     for text in filters.values():
         _runs(root, text.replace("table1", "mini"))  # raises on a bad filter
     found = _runs(root, filters["Table 1's jobs"].replace("table1", "mini"))

@@ -1,4 +1,4 @@
-"""Jobs logging to an `mlflow server` started as the README tells cluster users to (sqlite
+"""Jobs logging to an `mlflow server` started as docs/CLUSTER.md tells cluster users to (sqlite
 backend, artifacts served by the server, bound to 127.0.0.1): a sweep's parallel cells get
 every metric point in; a server killed mid-sweep and restarted loses and duplicates nothing
 (the cells' writes wait through MLflow's retries, or the cells fail alone and a rerun completes
