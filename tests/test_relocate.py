@@ -85,3 +85,24 @@ def test_a_moved_sweep_manifest_is_read_in_its_new_root(tmp_path: Path) -> None:
         sweep="mini", cells=[cell], tracking_uri=sqlite_uri(elsewhere)))
     manifest, _ = read_cells(new / "sweeps" / "mini")
     assert manifest is not None and manifest.tracking_uri == sqlite_uri(elsewhere)
+
+
+def test_only_run_folders_under_the_old_root_are_rebased(tmp_path: Path) -> None:
+    """Cells not run yet (no run folder) and a run folder outside any `runs/` stay as they are;
+    the one under the old root's `runs/` follows the root."""
+    from hacrl.sweep.state import read_rebased_manifest
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    outside = str(tmp_path / "elsewhere" / "jobs" / "c3-gspo")
+    cells = [CellRecord(id="c1", overrides=[], method="hacpo", agents=["a"], seed=0,
+                        run_dir=str(old / "runs" / "c1-hacpo")),
+             CellRecord(id="c2", overrides=[], method="gspo", agents=["a"], seed=0, run_dir=""),
+             CellRecord(id="c3", overrides=[], method="gspo", agents=["b"], seed=0,
+                        run_dir=outside)]
+    write_manifest(old / "sweeps" / "mini", SweepManifest(
+        sweep="mini", cells=cells, tracking_uri=sqlite_uri(old / "mlflow.db")))
+    old.rename(new)
+    manifest = read_rebased_manifest(new / "sweeps" / "mini")
+    assert manifest is not None
+    assert [c.run_dir for c in manifest.cells] == [str(new / "runs" / "c1-hacpo"), "", outside]
+    assert manifest.tracking_uri == sqlite_uri(new / "mlflow.db")
