@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.store import Store
-from hacrl.errors import HacrlError
+from hacrl.core.errors import HacrlError
 from hacrl.schema import eval_artifacts as A
 
 COLUMNS = ("run_id", *(name for name, _ in A.OUTCOME_COLUMNS))

@@ -38,8 +38,8 @@ from analysis.context import Context
 from analysis.store import Store
 from analysis.table import Table
 from analysis.table_registry import figure_order, table_order
-from hacrl.errors import ConfigError, OutputError, StoreError
-from hacrl.layout import Layout
+from hacrl.core.errors import ConfigError, OutputError, StoreError
+from hacrl.core.layout import Layout
 from hacrl.schema import tags as T
 from hacrl.schema.sweep_manifest import SweepManifest
 
@@ -74,7 +74,7 @@ def destination(sweep: str, cfg: DictConfig, folder: Path | None = None,
     at the scale, output root and store of the composed config `cfg`. `require_runs`: a store
     without runs is an error (a user asking for a report of nothing)."""
     from analysis.store import open_store
-    from hacrl.mlflow_store import resolve_uri
+    from hacrl.tracking.mlflow_store import resolve_uri
 
     root = Layout.at(cfg.output_root)
     folder = (folder or root.report(sweep, str(cfg.scale.name))).resolve()

@@ -97,8 +97,8 @@ class Store:
         moved or copied output root still names the old root's folder (MLflow keeps absolute
         URIs; a writer re-bases them when it opens the store, `rebase_artifacts`): read this
         store's own copy, never the old root's."""
-        from hacrl.layout import artifacts_beside
-        from hacrl.mlflow_store import sqlite_path
+        from hacrl.core.layout import artifacts_beside
+        from hacrl.tracking.mlflow_store import sqlite_path
 
         db = sqlite_path(self.uri)
         beside = artifacts_beside(db) if db is not None else None
@@ -125,8 +125,8 @@ def open_store(uri: str, experiment: str = "hacrl", *, must_exist: bool = True) 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     # a report downloads hundreds of small outcome files: no progress bar for each
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    from hacrl.errors import StoreError, one_line
-    from hacrl.mlflow_store import open_client
+    from hacrl.core.errors import StoreError, one_line
+    from hacrl.tracking.mlflow_store import open_client
 
     with open_client(uri, create=not must_exist) as client:
         try:

@@ -8,7 +8,7 @@ import hydra
 from omegaconf import DictConfig
 
 from hacrl.config import CONFIG_DIR, ConfigError, validate
-from hacrl.errors import HacrlError, print_error
+from hacrl.core.errors import HacrlError, print_error
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
@@ -32,8 +32,8 @@ def main(cfg: DictConfig) -> object:
         print_error(err, "hacrl: config error: ")
         sys.exit(2)
     try:
-        from hacrl.errors import check_writable
-        from hacrl.mlflow_store import check_store, resolve_uri
+        from hacrl.core.errors import check_writable
+        from hacrl.tracking.mlflow_store import check_store, resolve_uri
 
         # output root and store first, before the job's heavy imports (a fault: one quick line)
         check_store(resolve_uri(spec.cfg.tracking.uri, spec.output_root))

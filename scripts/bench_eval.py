@@ -76,7 +76,7 @@ import json, sys, tempfile, time
 from pathlib import Path
 import torch
 from hacrl.config import compose, model_path
-from hacrl.evaluation import Protocol
+from hacrl.config.protocol import Protocol
 from hacrl.evaluation.lmeval import Backend, run_lm_eval
 from hacrl.evaluation.runner import data_files
 model, evals, *overrides = sys.argv[1:]

@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
-from hacrl.compute_floor import team_loops
+from hacrl.algo.rollout import TokenView
+from hacrl.bench.compute_floor import team_loops
 from hacrl.config import compose, validate
 from hacrl.engines import local as local_module
 from hacrl.engines.local import LocalEngine
-from hacrl.loop import seed_everything
-from hacrl.rollout import TokenView
+from hacrl.training.loop import seed_everything
 
 
 def _recorded(engine: Any) -> tuple[list[list[TokenView]], list[list[TokenView]]]:

@@ -27,7 +27,7 @@ CURVES = ("reward/mean", "capability/P", "ratio/s_homo_mean", "ratio/s_hete_mean
 
 def _build(root: Path, target: int, seed: int = 0) -> int:
     from hacrl.config import compose
-    from hacrl.evaluation import Protocol  # noqa: F401  (cells need it when expanding)
+    from hacrl.config.protocol import Protocol  # noqa: F401  (cells need it when expanding)
     from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
     from hacrl.sweep.grid import expand
     from hacrl.tracking import Tracker

@@ -4,7 +4,7 @@ seed and AVG columns must be on the runs page; take a screenshot.
     python scripts/check_mlflow_ui.py <output root> [--sweep table1] [--screenshot shot.png]
 
 Starts `hacrl ui output_root=<root>` on a free port (which writes the results-table views,
-`hacrl.ui_views`), opens the link it prints for the sweep, and reads the page after its scripts
+`hacrl.tracking.ui_views`), opens the link it prints for the sweep, and reads the page after its scripts
 ran (Chromium's --dump-dom with a virtual time budget). Needs a Chromium binary (Debian:
 `apt-get install chromium`; without one it exits 2). Exits 1, its last line saying what is
 missing, when a column or the run names are missing or `hacrl ui` gave no view; 0 otherwise.

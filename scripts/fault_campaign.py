@@ -152,7 +152,7 @@ def planted_pickle(c: Campaign) -> None:
 
     import torch
 
-    from hacrl.fileio import sha256_file
+    from hacrl.core.fileio import sha256_file
 
     for folder in root.glob("runs/*/team-0/ckpt/step_*"):
         for agent in folder.iterdir():
@@ -241,7 +241,7 @@ def running_runs(root: Path) -> int:
 
 
 def finishing_kills(c: Campaign) -> None:
-    from hacrl.faults import FINISHING
+    from hacrl.core.faults import FINISHING
 
     configs = c.work / "configs"
     (configs / "sweep").mkdir(parents=True, exist_ok=True)
@@ -266,7 +266,7 @@ def dead_node(c: Campaign) -> None:
     (configs / "sweep" / "mini.yaml").write_text(MINI)
     root = c.root("dead-node")
     sweep(c, root, configs, HACRL_FAULT="final_checkpoint")  # a cell with a RUNNING-then-dead job
-    from hacrl.fileio import write_json
+    from hacrl.core.fileio import write_json
     from hacrl.tracking import Tracker
 
     (state,) = (root / "sweeps" / "mini" / "cells").glob("*.json")

@@ -81,7 +81,7 @@ def store_creation_kills(c: Any) -> None:
     """SIGKILL `hacrl train` at six moments of creating a brand-new store (1 s after start,
     before its temporary store appears; as it appears; 0.1, 0.3, 1 and 2 s later), then run the
     same command again: it must finish, on a whole store, with no temporary file left."""
-    from hacrl.mlflow_store import CREATING
+    from hacrl.tracking.mlflow_store import CREATING
 
     for label, delay in (("before", -1.0), ("+0.0 s", 0.0), ("+0.1 s", 0.1), ("+0.3 s", 0.3),
                          ("+1.0 s", 1.0), ("+2.0 s", 2.0)):
@@ -214,7 +214,7 @@ def moved_roots(c: Any) -> None:
     code, secs, line, err = c.run([*c.hacrl, "report", "mini", f"output_root={copy}",
                                    f"hydra.searchpath=[file://{configs}]"], copy)
     after = sorted((str(p), p.stat().st_mtime_ns) for p in moved.rglob("*"))
-    from hacrl.layout import artifacts_beside
+    from hacrl.core.layout import artifacts_beside
 
     db = copy / "mlflow.db"
     import sqlite3

@@ -62,9 +62,8 @@ def _worker(uri: str, writer: int, points: int, batch: int, folder: Path, lock: 
     """One writer process: import, say ready, wait for `go`, then open, log, finish."""
     from mlflow.tracking import MlflowClient  # noqa: F401  (imported before the barrier)
 
-    from hacrl import mlflow_store
-    from hacrl.errors import one_line
-    from hacrl.tracking import Tracker
+    from hacrl.core.errors import one_line
+    from hacrl.tracking import Tracker, mlflow_store
 
     if not lock:
         mlflow_store._acquire = lambda fd, path: None  # type: ignore[assignment]
@@ -96,7 +95,7 @@ def run_writers(root: Path, writers: int, points: int, batch: int, journal: str 
                 lock: bool = True) -> tuple[str, list[dict[str, object]], float]:
     """Start `writers` writer processes on the brand-new store `<root>/mlflow.db` at once.
     Returns the store's URI, the writers' reports and the seconds from `go` to the last done."""
-    from hacrl.mlflow_store import resolve_uri
+    from hacrl.tracking.mlflow_store import resolve_uri
 
     root.mkdir(parents=True, exist_ok=True)
     db = root / "mlflow.db"

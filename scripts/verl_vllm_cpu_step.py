@@ -135,9 +135,9 @@ def main() -> int:
     import torch
 
     from hacrl.algo import LossBatch
+    from hacrl.algo.rollout import SamplingParams, TokenView
     from hacrl.config import compose, validate
     from hacrl.engines.base import EngineContext, MiniBatchLoss
-    from hacrl.rollout import SamplingParams, TokenView
 
     torch.set_num_threads(1)
     if WORK.exists():
@@ -264,9 +264,9 @@ def main() -> int:
         check("sampled rollouts reproducible (same version, same seeds)", same_seed)
 
         # -- one TeamLoop step on this engine (prompts from the task, verifier rewards) -------
+        from hacrl.data.tasks import grader, load_problems
         from hacrl.job import loop_settings
-        from hacrl.loop import Agent, PromptSchedule, TeamLoop
-        from hacrl.tasks import grader, load_problems
+        from hacrl.training.loop import Agent, PromptSchedule, TeamLoop
 
         loop = TeamLoop([Agent(AGENT, engine)], spec.method, loop_settings(spec),
                         PromptSchedule(load_problems(cfg, cfg.task.train_split),

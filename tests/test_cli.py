@@ -26,7 +26,6 @@ def test_zoo_build_unknown_model_is_one_line(tmp_path: Path) -> None:
 
 def test_version_is_the_package_version() -> None:
     from hacrl import __version__
-
     out = subprocess.run([sys.executable, "-m", "hacrl.cli", "--version"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == f"hacrl {__version__}"

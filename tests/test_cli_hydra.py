@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hacrl.cli.main import SWEEP_EXAMPLES, TRAIN_EXAMPLES, _parser
+from hacrl.cli.main import _parser
+from hacrl.cli.sweep_commands import SWEEP_EXAMPLES
+from hacrl.cli.train_command import TRAIN_EXAMPLES
 from hacrl.config import compose
 
 

@@ -16,7 +16,7 @@ def _small(tiny_job: list[str]) -> list[str]:
 
 def test_the_floor_replays_what_the_step_asked_of_each_engine(job_env: Path, tmp_path: Path,
                                                               tiny_job: list[str]) -> None:
-    from hacrl.compute_floor import PHASES, measure
+    from hacrl.bench.compute_floor import PHASES, measure
     from hacrl.config import compose, validate
 
     spec = validate(compose(["method=hacpo", "validation.every=0", "eval.at_end=false",
@@ -29,7 +29,7 @@ def test_the_floor_replays_what_the_step_asked_of_each_engine(job_env: Path, tmp
 
 def test_recording_sees_the_shapes_of_a_step(job_env: Path, tmp_path: Path,
                                              tiny_job: list[str]) -> None:
-    from hacrl.compute_floor import team_loops
+    from hacrl.bench.compute_floor import team_loops
     from hacrl.config import compose, validate
 
     spec = validate(compose(["method=hacpo", f"output_root={tmp_path}", *_small(tiny_job)]))
@@ -48,7 +48,7 @@ def test_recording_sees_the_shapes_of_a_step(job_env: Path, tmp_path: Path,
 
 
 def test_other_engines_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from hacrl.compute_floor import floor_report
+    from hacrl.bench.compute_floor import floor_report
 
     assert floor_report(["engine=verl", "engine.device=cpu"]) == 2
     assert "use engine=local" in capsys.readouterr().err
@@ -79,7 +79,7 @@ def test_bench_step_prints_each_methods_phases_against_their_floor(
 
 def test_bench_step_on_another_engine_says_in_one_line_why_no_floor(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from hacrl.bench import _print_floors
+    from hacrl.bench.step import _print_floors
 
     _print_floors({}, {}, "verl", repeats=3)
     lines = capsys.readouterr().out.strip().splitlines()
@@ -92,8 +92,7 @@ def test_generate_floor_runs_the_decoder_the_engine_samples_with(
     forwards (one prefill, then a step per token); other models' is transformers' forward."""
     from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
-    from hacrl import compute_floor
-
+    from hacrl.bench import compute_floor
     calls: list[dict[str, Any]] = []
     real = compute_floor.lean_generate
 

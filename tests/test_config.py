@@ -227,8 +227,8 @@ def test_config_hash_ignores_where_the_zoo_lives(monkeypatch, tmp_path):
 
 
 def test_validation_runs_on_the_first_problems_of_its_benchmark():
-    from hacrl.arith import load_split
-    from hacrl.tasks import validation_problems
+    from hacrl.data.arith import load_split
+    from hacrl.data.tasks import validation_problems
 
     full = load_split("tiny_math500")
     assert validation_problems(compose([])) == full[:200]  # scale=tiny: 200 of 1300

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from hacrl.cli.main import _validate
+from hacrl.cli.train_command import _validate
 from hacrl.config import compose, default_kinds
-from hacrl.config_leaves import leaves
+from hacrl.config.leaves import leaves
 
 # values of each kind in Hydra's grammar ([1,2] is a list); a string key takes numbers too
 SAMPLES = [("abc", str), ("[1,2]", list), ("true", bool), ("{a: 1}", dict), ("1.5", float)]

@@ -15,8 +15,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from hacrl.config import CONFIG_DIR, ConfigError, compose, model_path, validate
-from hacrl.config_leaves import leaves
-from hacrl.config_ranges import RANGES, count, items, one_of, range_of, real, refusals, text
+from hacrl.config.leaves import leaves
+from hacrl.config.ranges import RANGES, count, items, one_of, range_of, real, refusals, text
 
 REFERENCES = [[], ["scale=paper"], ["engine=verl"]]
 

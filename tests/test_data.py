@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hacrl.arith import load_split
-from hacrl.cli.data import add_parser, main, run
+from hacrl.cli.data_commands import add_parsers, main, run
 from hacrl.config import ConfigError, compose
 from hacrl.data import DataError, DataMissing, load_rows, local_file, local_state, prepare
+from hacrl.data.arith import load_split
 from hacrl.data.convert import answer_text, last_boxed
 from hacrl.data.sources import HubUnreachable, load_sources
 
@@ -273,7 +273,7 @@ def test_hub_unreachable_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.M
 def test_cli_prepare_and_list(tmp_path: Path, hub: dict[str, Path],
                               capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser(prog="hacrl")
-    add_parser(parser.add_subparsers(dest="command", required=True))
+    add_parsers(parser.add_subparsers(dest="command", required=True))
     root = tmp_path / "data"
     argv = ["data", "prepare", "math500", "olympiad", *_overrides(root, hub)]
     args, unknown = parser.parse_known_args(argv)

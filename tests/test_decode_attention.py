@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from hacrl.algo.rollout import SamplingParams
 from hacrl.engines.attention import DECODE_ATTENTION, use_decode_attention
 from hacrl.engines.sampling import hf_sample
-from hacrl.rollout import SamplingParams
 
 # transformers' `generate` path (GPUs, other architectures): the zoo's models on a CPU take the
 # lean decoder (`tests/test_lean_decoder.py`)

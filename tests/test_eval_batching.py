@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from hacrl.config import compose
-from hacrl.evaluation import Protocol
+from hacrl.config.protocol import Protocol
 from hacrl.evaluation import lmeval as lmeval_module
 from hacrl.evaluation.lmeval import SUITE, Backend, EvalOutcome, run_lm_eval
 from hacrl.evaluation.runner import data_files
@@ -96,12 +96,12 @@ def test_evaluate_suite_gives_what_simple_evaluate_gives(setup, tmp_path, monkey
 def test_validation_renders_each_agents_prompts_once(
         job_env: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch,
         lenient_grader: Callable[[list[str], list[str]], list[float]]) -> None:
+    from hacrl.data.tasks import load_problems
     from hacrl.engines.local import LocalEngine
     from hacrl.evaluation.greedy import greedy_accuracy
-    from hacrl.events import ValidationDue
     from hacrl.job import listeners
-    from hacrl.loop import Agent
-    from hacrl.tasks import load_problems
+    from hacrl.training.events import ValidationDue
+    from hacrl.training.loop import Agent
 
     cfg = compose([])
     problems = load_problems(cfg, "tiny_math500")[:12]

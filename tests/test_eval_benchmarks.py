@@ -19,8 +19,8 @@ import pytest
 from lm_eval.api.model import LM
 
 from hacrl.config import compose
+from hacrl.config.protocol import Protocol
 from hacrl.data import load_rows, prepare
-from hacrl.evaluation import Protocol
 from hacrl.evaluation.lmeval import Backend, run_lm_eval
 
 # name -> (split, raw columns in the hub schema, scripted responses per row in order)

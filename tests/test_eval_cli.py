@@ -207,7 +207,7 @@ def test_two_evaluation_only_jobs_of_one_model_log_once(job_env, new_output_root
     import time
 
     from hacrl.config import model_path
-    from hacrl.layout import Layout
+    from hacrl.core.layout import Layout
 
     root = new_output_root()
     lock = Layout(root).evaluation_lock(model_path(compose([]), 0, "qwen3-4b-base"))

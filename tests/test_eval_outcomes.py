@@ -41,8 +41,8 @@ from analysis.outcomes import (
 from analysis.store import open_store
 from hacrl.cli import main
 from hacrl.config import compose, validate
+from hacrl.config.protocol import Protocol
 from hacrl.data import load_rows
-from hacrl.evaluation import Protocol
 from hacrl.evaluation.lmeval import Backend, run_lm_eval
 from hacrl.evaluation.outcome_table import OutcomesMismatch, write_outcomes
 from hacrl.evaluation.runner import data_files

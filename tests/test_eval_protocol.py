@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from hacrl.config import ConfigError, compose
-from hacrl.evaluation import Protocol, paper_benchmark
+from hacrl.config.protocol import Protocol, paper_benchmark
 from hacrl.evaluation.lmeval import SUITE, TASK_DIR, Backend, load_task_yaml, materialize
 
 PAPER = ["math500", "math", "gsm8k", "aime2025", "amc23", "minerva", "olympiad"]
@@ -43,7 +43,7 @@ def test_protocol_key_ignores_the_name_and_follows_every_setting() -> None:
 def test_protocol_key_follows_the_benchmarks_data() -> None:
     """Scores on other problems (a resized or redrawn benchmark) never count as this evaluation:
     the pinned sha256 of every evaluated benchmark is part of the key."""
-    from hacrl.evaluation.protocol import benchmark_data
+    from hacrl.config.protocol import benchmark_data
 
     cfg = compose([])
     key = Protocol.in_use(cfg.eval, data=benchmark_data(cfg))[0].key

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from hacrl.config import compose
-from hacrl.evaluation import Protocol
+from hacrl.config.protocol import Protocol
 from hacrl.evaluation import hf_lm as hf_lm_module
 from hacrl.evaluation import lmeval as lmeval_module
 from hacrl.evaluation.lmeval import Backend, EvalOutcome, run_lm_eval, split_rows

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hacrl.events import (
+from hacrl.training.events import (
     CheckpointDue,
     Event,
     Failed,
@@ -18,7 +18,7 @@ from hacrl.events import (
     TrainingStarts,
     run_steps,
 )
-from hacrl.loop import StepResult
+from hacrl.training.loop import StepResult
 
 
 def _into(seen: list[Event]) -> Listener:

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hacrl import checkpoint, pickle_audit
-from hacrl.errors import CheckpointError
-from hacrl.faults import FINISHING
-from hacrl.fileio import sha256_file
+from hacrl.checkpoint import pickle_audit
+from hacrl.checkpoint import team as checkpoint
+from hacrl.core.errors import CheckpointError
+from hacrl.core.faults import FINISHING
+from hacrl.core.fileio import sha256_file
 
 # a job with no evaluation and no validation: seconds, and the checkpoint logic is all there
 QUICK = ("train.steps=2", "train.save_every=1", "train.prompts_per_step=2",
@@ -58,7 +59,7 @@ def hacrl(hacrl_cmd, cli_env, tmp_path) -> Hacrl:
 @pytest.fixture
 def steps_run(monkeypatch) -> list[int]:
     """The training steps `TeamLoop` starts in this process, in order."""
-    from hacrl.loop import TeamLoop
+    from hacrl.training.loop import TeamLoop
 
     started: list[int] = []
     step = TeamLoop.step
@@ -210,7 +211,7 @@ def test_loop_state_round_trips_through_json() -> None:
     import numpy as np
     import torch
 
-    from hacrl.loop import rng_state, set_rng_state
+    from hacrl.training.loop import rng_state, set_rng_state
 
     state = {"capability": {"history": [[0.5, 0.25]], "n_agents": 2}, "rng": rng_state()}
     decoded = checkpoint.decode_state(json.loads(json.dumps(checkpoint.encode_state(state))))
@@ -508,7 +509,7 @@ def _tracker(root: Path):
     {"host": "this", "pid": 2**22 + 7},                       # no such process
 ])
 def test_a_dead_cell_expires_and_its_runs_are_killed(new_output_root, state, capsys):
-    from hacrl.fileio import write_json
+    from hacrl.core.fileio import write_json
     from hacrl.sweep.state import cell_state_path, cell_status
 
     root = new_output_root()
@@ -529,7 +530,7 @@ def test_a_dead_cell_expires_and_its_runs_are_killed(new_output_root, state, cap
 
 
 def test_a_live_cell_elsewhere_still_counts_as_running(new_output_root):
-    from hacrl.fileio import write_json
+    from hacrl.core.fileio import write_json
     from hacrl.sweep.state import cell_state_path, cell_status
 
     root = new_output_root()
@@ -614,7 +615,7 @@ def test_report_of_a_store_without_runs_is_an_error(hacrl, new_output_root):
 
 def test_report_replaces_its_own_previous_report(tmp_path):
     from analysis.report import MARKER, _swap_in
-    from hacrl.errors import OutputError
+    from hacrl.core.errors import OutputError
 
     folder = tmp_path / "reports" / "table1-tiny"
     for generation in ("old", "new", "newer"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from hacrl.fileio import sha256_file, write_atomic, write_json
+from hacrl.core.fileio import sha256_file, write_atomic, write_json
 
 
 def test_atomic_files_are_readable_like_any_other_file(tmp_path: Path) -> None:

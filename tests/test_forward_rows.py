@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hacrl.algo import LossBatch, LossConfig
+from hacrl.algo.rollout import TokenView
 from hacrl.config import ConfigError, compose, validate
 from hacrl.engines.base import MiniBatchLoss
 from hacrl.engines.local import (
@@ -17,7 +18,6 @@ from hacrl.engines.local import (
     LocalEngine,
     resolve_forward_rows,
 )
-from hacrl.rollout import TokenView
 
 
 def _rows(n: int, seed: int = 0) -> tuple[list[TokenView], LossBatch]:

@@ -114,7 +114,7 @@ def test_run_job_end_to_end(job_env, tmp_path, tiny_job, monkeypatch):
     assert gsm8k.digest == sha[:32]
     file = Path(json.loads(gsm8k.source)["uri"].removeprefix("file://"))
     assert sha == hashlib.sha256(file.read_bytes()).hexdigest()
-    assert json.loads(inputs[("train", "training")].source)["uri"] == "hacrl.arith:train"
+    assert json.loads(inputs[("train", "training")].source)["uri"] == "hacrl.data.arith:train"
 
     kids = _children(client, job.info.run_id)
     assert sorted(kids) == AGENTS

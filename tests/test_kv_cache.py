@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from hacrl.algo.rollout import SamplingParams
 from hacrl.engines import sampling as sampling_module
 from hacrl.engines.kv_cache import PreallocatedCache, PreallocatedLayer, preallocated_cache
 from hacrl.engines.sampling import hf_sample
-from hacrl.rollout import SamplingParams
 
 # transformers' `generate` path (GPUs, other architectures): the zoo's models on a CPU take the
 # lean decoder (`tests/test_lean_decoder.py`)

@@ -16,20 +16,15 @@ PACKAGES = ("hacrl", "analysis", "hydra_plugins")
 
 # bottom to top; a module belongs to the longest prefix that names it ("hacrl" alone: the root)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaves", ("hacrl", "hacrl.errors", "hacrl.eta", "hacrl.faults", "hacrl.fileio", "hacrl.layout",
-                "hacrl.schema")),
+    ("core", ("hacrl", "hacrl.core", "hacrl.schema")),
     ("algo", ("hacrl.algo",)),
-    ("primitives", ("hacrl.rollout", "hacrl.telemetry", "hacrl.verify", "hacrl.arith")),
-    ("resources", ("hacrl.data", "hacrl.tasks", "hacrl.zoo", "hacrl.checkpoint",
-                   "hacrl.pickle_audit", "hacrl.tracking", "hacrl.mlflow_store",
-                   "hacrl.evaluation", "hacrl.evaluation.protocol", "hacrl.ui_views")),
-    ("config", ("hacrl.config", "hacrl.config_leaves", "hacrl.config_ranges", "hacrl.settings")),
+    ("verify", ("hacrl.verify",)),
+    ("resources", ("hacrl.data", "hacrl.zoo", "hacrl.checkpoint", "hacrl.tracking")),
+    ("config", ("hacrl.config",)),
     ("engines", ("hacrl.engines",)),
-    ("evaluation", ("hacrl.evaluation.greedy", "hacrl.evaluation.lmeval", "hacrl.evaluation.hf_lm",
-                    "hacrl.evaluation.outcome_table", "hacrl.evaluation.runner",
-                    "hacrl.evaluation.lm_eval_tasks")),
-    ("loop", ("hacrl.loop", "hacrl.events")),
-    ("job", ("hacrl.job", "hacrl.dryrun", "hacrl.bench", "hacrl.compute_floor")),
+    ("evaluation", ("hacrl.evaluation",)),
+    ("training", ("hacrl.training",)),
+    ("job", ("hacrl.job", "hacrl.bench")),
     ("sweep | analysis", ("hacrl.sweep", "analysis")),
     ("cli", ("hacrl.cli", "hacrl.train", "hydra_plugins")),
 ]
@@ -194,3 +189,49 @@ def test_no_two_modules_share_a_name() -> None:
             seen[path.stem].append(module)
     shared = {name: found for name, found in seen.items() if len(found) > 1}
     assert not shared, shared
+
+
+# --- folders: one layer each ------------------------------------------------------------------
+
+ENTRY_POINTS = {"hacrl", "hacrl.train"}  # the package's face (its version) and the Hydra app
+
+
+def unit(module: str, known: dict[str, Path]) -> str:
+    """The top-level entry of a module: `hacrl/<folder>` (or a loose `hacrl/<name>`), `analysis`,
+    `hydra_plugins`."""
+    parts = known[module].relative_to(ROOT).parts
+    return parts[0] if parts[0] != "hacrl" else "hacrl/" + parts[1].removesuffix(".py")
+
+
+def unit_edges(known: dict[str, Path], edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Which top-level entries import which (the package root, imported by everything, aside)."""
+    return {(unit(a, known), unit(b, known)) for a, targets in edges.items() for b in targets
+            if "hacrl" not in (a, b) and unit(a, known) != unit(b, known)}
+
+
+def test_every_module_is_in_a_folder_of_one_layer() -> None:
+    known = modules()
+    loose = sorted(m for m, p in known.items() if p.parent == ROOT / "hacrl" and m not in ENTRY_POINTS)
+    assert not loose, f"modules outside a folder: {loose} (put each in the folder of its layer)"
+    layers: dict[str, set[str]] = defaultdict(set)
+    for module in known:
+        if module not in ENTRY_POINTS:
+            layers[unit(module, known)].add(LAYERS[layer_of(module)[0]][0])
+    spread = {u: sorted(names) for u, names in layers.items() if len(names) > 1}
+    assert not spread, f"folders whose modules sit in several layers: {spread}"
+
+
+def test_no_two_folders_import_each_other() -> None:
+    known = modules()
+    pairs = unit_edges(known, imports(known))
+    mutual = sorted({tuple(sorted(p)) for p in pairs if (p[1], p[0]) in pairs})
+    assert not mutual, f"folders importing each other: {mutual}"
+
+
+if __name__ == "__main__":  # the figures docs/ARCHITECTURE.md quotes
+    found = modules()
+    pairs = unit_edges(found, imports(found))
+    entries = sorted({unit(m, found) for m in found if m != "hacrl"})
+    print(f"{sum(e.startswith('hacrl/') for e in entries)} entries of hacrl/ with Python modules; "
+          f"{len(pairs)} import edges between top-level entries (hacrl/<folder>, analysis, "
+          f"hydra_plugins); {len(violations(imports(found)))} upward")

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import torch
 
+from hacrl.algo.rollout import SamplingParams
 from hacrl.engines import sampling as sampling_module
 from hacrl.engines.sampling import hf_sample
-from hacrl.rollout import SamplingParams
 from hacrl.zoo.lean_decoder import lean_decoder, lean_generate
 
 FAMILIES = ["qwen3-4b-base", "llama3.2-1b-instruct"]

@@ -16,13 +16,21 @@ import torch
 
 import hacrl.algo
 import hacrl.engines.base
-import hacrl.loop
+import hacrl.training.loop
 from hacrl.algo import METHODS, LossConfig
-from hacrl.arith import load_split
-from hacrl.arith.problems import Problem
+from hacrl.algo.rollout import (
+    RetokenizationOverflow,
+    SamplingParams,
+    Trajectory,
+    eos_id,
+    render_prompt_ids,
+)
+from hacrl.config.settings import LoopSettings
+from hacrl.data.arith import load_split
+from hacrl.data.problem import Problem
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss
 from hacrl.engines.local import LocalEngine
-from hacrl.loop import (
+from hacrl.training.loop import (
     Agent,
     PromptSchedule,
     TeamLoop,
@@ -31,14 +39,6 @@ from hacrl.loop import (
     seed_everything,
     set_rng_state,
 )
-from hacrl.rollout import (
-    RetokenizationOverflow,
-    SamplingParams,
-    Trajectory,
-    eos_id,
-    render_prompt_ids,
-)
-from hacrl.settings import LoopSettings
 
 QWEN, QWEN_SMALL, LLAMA = "qwen3-4b-base", "qwen3-1.7b-base", "llama3.2-1b-instruct"
 P, MB, G = 4, 2, 4
@@ -370,7 +370,7 @@ def test_step_is_deterministic_given_the_seed(micro_zoo, lenient_grader):
 
 
 def test_combine_updates_keeps_extremes_and_weights_sums():
-    from hacrl.loop import combine_updates
+    from hacrl.training.loop import combine_updates
 
     per_update = [
         {"loss/policy": 1.0, "ratio/s_hete_sum": 3.0, "ratio/s_hete_count": 2.0,
@@ -404,7 +404,7 @@ def test_borrowed_rows_carry_their_prompt_and_source(micro_zoo, lenient_grader, 
                                  prompt_template=template)
     problems = loop.schedule.batch(1)
     seen: list[tuple[int, Trajectory, Problem]] = []
-    real = hacrl.loop.retokenize
+    real = hacrl.training.loop.retokenize
 
     def spy(traj, tokenizer, prompt_ids, max_tokens, overflow):
         target = next(k for k, e in enumerate(engines) if e.tokenizer is tokenizer)
@@ -414,7 +414,7 @@ def test_borrowed_rows_carry_their_prompt_and_source(micro_zoo, lenient_grader, 
         seen.append((target, traj, problem))
         return real(traj, tokenizer, prompt_ids, max_tokens, overflow)
 
-    monkeypatch.setattr(hacrl.loop, "retokenize", spy)
+    monkeypatch.setattr(hacrl.training.loop, "retokenize", spy)
     with pytest.raises(RetokenizationOverflow) as err:
         loop.step(1)
     for target, traj, problem in seen:

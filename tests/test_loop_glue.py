@@ -1,9 +1,9 @@
 """The glue between a method's definition and the loss it trains with.
 
 A method is a registry entry (`hacrl.algo.methods`); a job turns it and the config into the
-loop's and the loss's settings (`hacrl.settings.method_settings`, `hacrl.job.agents.loop_settings`);
+loop's and the loss's settings (`hacrl.config.settings.method_settings`, `hacrl.job.agents.loop_settings`);
 the loop turns a step's rewards into capabilities, omegas, advantages and per-row loss inputs
-(`hacrl.loop.TeamLoop._target_rows`). These tests pin each link against the paper's definition
+(`hacrl.training.loop.TeamLoop._target_rows`). These tests pin each link against the paper's definition
 of every method (PAPER.md, "Baselines and ablations"), hard-coded here per method name, so that
 a registry edit that flips a switch, a switch lost on its way into `LossConfig`, or a loop that
 hands a borrowed row the wrong omega (omega^(k,j) instead of omega^(j,k), or omega while the
@@ -28,13 +28,13 @@ import torch
 
 import hacrl.engines.base
 from hacrl.algo import METHODS, LossConfig
-from hacrl.arith import load_split
+from hacrl.algo.rollout import eos_id
 from hacrl.config import compose, validate
+from hacrl.data.arith import load_split
 from hacrl.engines.base import Engine
 from hacrl.engines.local import LocalEngine
 from hacrl.job.agents import loop_settings
-from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
-from hacrl.rollout import eos_id
+from hacrl.training.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

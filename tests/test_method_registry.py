@@ -33,12 +33,12 @@ from hacrl.algo import (
 )
 from hacrl.algo.methods import capability_advantage, hacpo_borrowed_term
 from hacrl.algo.metrics import MAX, ROW_MEAN
-from hacrl.arith import load_split
+from hacrl.algo.rollout import TokenView
 from hacrl.config import ConfigError, JobSpec, compose, validate
+from hacrl.config.settings import method_settings
+from hacrl.data.arith import load_split
 from hacrl.engines.local import LocalEngine
-from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
-from hacrl.rollout import TokenView
-from hacrl.settings import method_settings
+from hacrl.training.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 
 QWEN, LLAMA = "qwen3-4b-base", "llama3.2-1b-instruct"
 P, MB, G = 4, 2, 4

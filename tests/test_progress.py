@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hacrl.eta import ItemProgress, duration, eta_seconds
+from hacrl.core.eta import ItemProgress, duration, eta_seconds
 from hacrl.sweep.grid import Cell
 from hacrl.sweep.progress import LiveProgress, Tally, done_share
 from hacrl.sweep.state import cell_state_path, format_table, phase_text

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from hacrl.algo import LossBatch, LossConfig
+from hacrl.algo.rollout import TokenView
 from hacrl.engines import local as local_module
 from hacrl.engines.base import MiniBatchLoss
 from hacrl.engines.local import LocalEngine
 from hacrl.engines.prompt_sharing import by_prompt, prompt_sharing_applies, prompt_sharing_logprobs
-from hacrl.rollout import TokenView
 
 FAMILIES = ["qwen3-4b-base", "llama3.2-1b-instruct"]
 

@@ -9,9 +9,9 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from hacrl.mlflow_store import sqlite_uri
 from hacrl.schema.sweep_manifest import CellRecord, SweepManifest, write_manifest
 from hacrl.tracking import Tracker
+from hacrl.tracking.mlflow_store import sqlite_uri
 
 
 def _snapshot(root: Path) -> list[tuple[str, int]]:

@@ -17,10 +17,18 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hacrl.config import compose, validate
-from hacrl.events import CheckpointDue, Event, Finished, Schedule, StepDone, Stopped, run_steps
 from hacrl.job import lock, requeue, run_job
-from hacrl.loop import StepResult
 from hacrl.schema import tags as T
+from hacrl.training.events import (
+    CheckpointDue,
+    Event,
+    Finished,
+    Schedule,
+    StepDone,
+    Stopped,
+    run_steps,
+)
+from hacrl.training.loop import StepResult
 
 AGENTS = ["qwen3-1.7b-base", "qwen3-4b-base"]
 SCORING = ("task.train_split=tiny_gsm8k", "validation.benchmark=tiny_gsm8k")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hacrl.rollout import (
+from hacrl.algo.rollout import (
     RetokenizationOverflow,
     Trajectory,
     eos_id,

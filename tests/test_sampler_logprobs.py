@@ -9,10 +9,10 @@ import pytest
 import torch
 from omegaconf import open_dict
 
+from hacrl.algo.rollout import SamplingParams, TokenView, render_prompt_ids
 from hacrl.config import ConfigError, compose, config_hash, validate
 from hacrl.engines.local import LocalEngine
-from hacrl.loop import seed_everything
-from hacrl.rollout import SamplingParams, TokenView, render_prompt_ids
+from hacrl.training.loop import seed_everything
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

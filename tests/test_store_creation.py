@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from hacrl.errors import StoreError
-from hacrl.mlflow_store import CREATING, SET_ASIDE, _head_revision, open_client, sqlite_uri
+from hacrl.core.errors import StoreError
+from hacrl.tracking.mlflow_store import CREATING, SET_ASIDE, _head_revision, open_client, sqlite_uri
 
 OPEN = """
 import sys
 from pathlib import Path
-from hacrl.errors import StoreError
-from hacrl.mlflow_store import open_client, sqlite_uri
+from hacrl.core.errors import StoreError
+from hacrl.tracking.mlflow_store import open_client, sqlite_uri
 try:
     with open_client(sqlite_uri(Path(sys.argv[1]))) as client:
         print("experiments", len(client.search_experiments()))

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from hacrl.config import CONFIG_DIR, compose
-from hacrl.errors import ConfigError
+from hacrl.core.errors import ConfigError
 from hacrl.sweep.grid import SWEEP_DIR, Compose, expand
 from hacrl.sweep.slurm import render_sbatch
 

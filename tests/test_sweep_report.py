@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from hacrl.config import compose
-from hacrl.errors import ConfigError
+from hacrl.core.errors import ConfigError
 from hacrl.schema.sweep_manifest import (
     CellRecord,
     SweepManifest,
@@ -55,7 +55,7 @@ def test_sweep_and_analysis_do_not_import_each_other(package: str, forbidden: st
 
 def test_the_manifest_schema_is_a_leaf() -> None:
     names = _imports(ROOT / "hacrl" / "schema")["hacrl/schema/sweep_manifest.py"]
-    leaves = ("hacrl.errors", "hacrl.fileio", "hacrl.layout", "hacrl.schema")  # test_layers' bottom
+    leaves = ("hacrl.core.errors", "hacrl.core.fileio", "hacrl.core.layout", "hacrl.schema")  # test_layers' bottom
     foreign = {n for n in names if n.split(".")[0] not in sys.stdlib_module_names
                and not n.startswith(leaves)}
     assert not foreign

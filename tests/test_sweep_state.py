@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from hacrl.core.layout import RunDir
 from hacrl.job.finishing import mark_done
-from hacrl.layout import RunDir
 from hacrl.schema import tags as T
 from hacrl.schema.sweep_manifest import CellRecord, SweepManifest, write_manifest
 from hacrl.sweep import state

@@ -288,7 +288,6 @@ def _close_shared_verifiers():
     """`equivalent` grades in the shared pool: stop its workers when this module is done."""
     yield
     from hacrl import verify
-
     for verifier in verify._defaults.values():
         verifier.close()
 
@@ -345,7 +344,7 @@ def test_legitimate_answers_do_not_trip() -> None:
 
 
 def test_task_grader_is_the_shared_verifier() -> None:
-    from hacrl.tasks import grader
+    from hacrl.data.tasks import grader
 
     cfg = OmegaConf.create({"verify": {"timeout_s": 2.5, "workers": 1}})
     grade = grader(cfg)

@@ -27,13 +27,13 @@ pytest.importorskip("verl", reason="engine=verl tests need the [verl] extra: "
 pytest.importorskip("ray", reason="Ray comes with the [verl] extra")
 
 from hacrl.algo import LossBatch, LossConfig  # noqa: E402
-from hacrl.config import compose, validate  # noqa: E402
-from hacrl.engines.base import EngineContext, MiniBatchLoss  # noqa: E402
-from hacrl.engines.local import LocalEngine  # noqa: E402
-from hacrl.rollout import (
+from hacrl.algo.rollout import (
     SamplingParams,  # noqa: E402
     TokenView,  # noqa: E402
 )
+from hacrl.config import compose, validate  # noqa: E402
+from hacrl.engines.base import EngineContext, MiniBatchLoss  # noqa: E402
+from hacrl.engines.local import LocalEngine  # noqa: E402
 
 pytestmark = pytest.mark.verl
 AGENT = "qwen3-4b-base"

@@ -21,6 +21,7 @@ pytest.importorskip("verl", reason="engine=verl tests need the [verl] extra: "
                     "pip install -e '.[verl]'")
 
 from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss  # noqa: E402
+from hacrl.algo.rollout import TokenView  # noqa: E402
 from hacrl.config import ConfigError, compose  # noqa: E402
 from hacrl.engines.verl import batch as vb  # noqa: E402
 from hacrl.engines.verl.worker_loss import (  # noqa: E402
@@ -31,7 +32,6 @@ from hacrl.engines.verl.worker_loss import (  # noqa: E402
     WEIGHTED,
     loss_callable,
 )
-from hacrl.rollout import TokenView  # noqa: E402
 
 pytestmark = pytest.mark.verl
 HACPO = LossConfig(alpha=0.7, delta=0.2, delta_step=0.025)
@@ -742,8 +742,8 @@ def test_generations_end_at_any_stop_token_vllm_uses(micro_zoo: Path, tmp_path: 
 
     from transformers import AutoTokenizer, GenerationConfig
 
+    from hacrl.algo.rollout import eos_id
     from hacrl.engines.verl.generation import as_generation, stop_token_ids
-    from hacrl.rollout import eos_id
 
     model = tmp_path / "m"
     shutil.copytree(micro_zoo / "qwen3-4b-base", model)
@@ -797,7 +797,7 @@ def test_training_worker_refuses_a_call_verl_would_split() -> None:
 
 
 def test_hacrl_never_imports_verl() -> None:
-    code = ("import sys, hacrl, hacrl.job, hacrl.cli, hacrl.engines.verl, hacrl.dryrun; "
+    code = ("import sys, hacrl, hacrl.job, hacrl.cli, hacrl.engines.verl, hacrl.job.dryrun; "
             "from hacrl.engines.base import make_engine; "
             "print(sorted(m for m in ('verl', 'ray', 'vllm', 'tensordict') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

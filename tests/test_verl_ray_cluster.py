@@ -501,8 +501,8 @@ def test_a_worker_that_dies_under_a_call_is_one_engine_error_naming_the_agent() 
     pytest.importorskip("ray")
     import ray.exceptions as rex
 
+    from hacrl.core.errors import EngineError
     from hacrl.engines.verl.ray_nodes import worker_faults
-    from hacrl.errors import EngineError
 
     class Stand:
         context = type("Context", (), {"agent_name": "qwen3-4b-base"})()

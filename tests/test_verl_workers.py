@@ -24,9 +24,9 @@ pytest.importorskip("verl", reason="engine=verl tests need the [verl] extra: "
 ray = pytest.importorskip("ray", reason="Ray comes with the [verl] extra")
 
 from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss  # noqa: E402
+from hacrl.algo.rollout import TokenView  # noqa: E402
 from hacrl.engines.verl import batch as vb  # noqa: E402
 from hacrl.engines.verl.worker_loss import DENOMINATORS, UPDATE_INDEX  # noqa: E402
-from hacrl.rollout import TokenView  # noqa: E402
 
 pytestmark = pytest.mark.verl
 CONFIG = LossConfig(alpha=0.6, kl_coef=0.0)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from hacrl.arith import load_split
+from hacrl.data.arith import load_split
 from hacrl.zoo import (
     ZOO,
     SFTConfig,
@@ -194,8 +194,8 @@ def test_micro_model_loads_and_generates(micro: dict[str, Path], family: str,
 
 def test_the_micro_zoo_solves_some_sums_each_model_to_its_own_degree(micro_zoo: Path) -> None:
     """conftest's micro zoo (`build_micro_model(solve=...)`) scores under the real verifier, so
-    jobs on it have rewards, advantages and accuracies that vary, and omega != 1 between its
-    models; its bare `\\boxed{N}` answers fit a tiny job's 12-16 new tokens."""
+    jobs on it have rewards, advantages and accuracies that vary, and omega != 1 between
+    qwen3-4b-base and the others; its bare `\\boxed{N}` answers fit a tiny job's 12-16 new tokens."""
     from hacrl.verify import default_verifier
 
     problems = load_split("tiny_gsm8k")[:40]  # held-out sums: 60 % level 1, 40 % level 2
@@ -209,7 +209,10 @@ def test_the_micro_zoo_solves_some_sums_each_model_to_its_own_degree(micro_zoo: 
         rewards = default_verifier().rewards(out, [p.answer for p in problems])
         accuracy[name] = sum(rewards) / len(rewards)
     assert all(0.1 <= a <= 0.9 for a in accuracy.values()), accuracy
-    assert len(set(accuracy.values())) == 3, accuracy
+    # not all alike (two of them may tie on 40 problems: how far SFT overshoots a target rounds
+    # differently from CPU to CPU), and the strongest target's model above the others
+    strongest = accuracy.pop("qwen3-4b-base")
+    assert strongest > max(accuracy.values()), (strongest, accuracy)
 
 
 def test_sft_deterministic(toks: dict[str, PreTrainedTokenizerBase]) -> None:

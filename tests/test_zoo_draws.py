@@ -125,7 +125,7 @@ def test_a_report_is_made_from_the_manifest_of_its_own_draw(micro_zoo, monkeypat
     """`hacrl report table2 scale.zoo_seed=1` after a draw-0 sweep in the same output root
     expands the draw-1 cells instead of reporting the manifest's draw-0 cells."""
     from hacrl.cli.sweep_report import report_record
-    from hacrl.layout import Layout
+    from hacrl.core.layout import Layout
     from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
     from hacrl.sweep.grid import expand
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from hacrl.arith import load_split
+from hacrl.data.arith import load_split
 from hacrl.zoo import ZOO, SFTConfig, ZooSpec, build_model, build_tokenizer, build_zoo, make_config
 from hacrl.zoo import build as build_mod
 from hacrl.zoo import sft as sft_mod

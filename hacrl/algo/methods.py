@@ -3,7 +3,7 @@
 A method is one `MethodSpec`: the advantage estimator and borrowed-sample objective it uses
 (registered by name: `register_advantage`, `register_borrowed`, `hacrl.algo.registry`) plus
 its switches. Numeric parameters (alpha, delta, delta_step, clip ranges, K, omega clamp, KL
-coefficient, sample order) come from the config; `hacrl.settings.method_settings` derives the
+coefficient, sample order) come from the config; `hacrl.config.settings.method_settings` derives the
 loop's and the loss's settings from a spec and a config, in one place.
 """
 

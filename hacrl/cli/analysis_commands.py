@@ -30,11 +30,15 @@ def add_parsers(sub: Any) -> None:
     plot.add_argument("--kind", default="agent", help="agent (default), job, eval, or any")
     plot.add_argument("--out", default=None, help="file stem (default: <output_root>/plots/...)")
     plot.add_argument("overrides", nargs="*", help="e.g. output_root=... (where the store is)")
+    for command in (report, plot):
+        command.set_defaults(
+            command_run=lambda args, unknown: run(args, [*args.overrides, *unknown]),
+            takes_overrides=True)
 
 
 def run(args: argparse.Namespace, overrides: list[str]) -> int:
     from hacrl.config import ConfigError
-    from hacrl.errors import HacrlError, print_error
+    from hacrl.core.errors import HacrlError, print_error
 
     try:
         if args.command == "report":
@@ -82,8 +86,8 @@ def _plot(args: argparse.Namespace, overrides: list[str]) -> int:
     from analysis.plot import plot_metric
     from analysis.store import open_store
     from hacrl.config import compose
-    from hacrl.layout import Layout
-    from hacrl.mlflow_store import resolve_uri
+    from hacrl.core.layout import Layout
+    from hacrl.tracking.mlflow_store import resolve_uri
 
     cfg = compose(overrides)
     layout = Layout.at(cfg.output_root)

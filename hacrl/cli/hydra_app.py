@@ -35,7 +35,6 @@ def hydra_flags(args: Sequence[str]) -> list[str]:
 def run_app(args: Sequence[str], program: str = "hacrl") -> int:
     """Run the Hydra app with `args` as its command line; its exit status."""
     from hacrl import train
-
     saved = sys.argv
     sys.argv = [program, *args]
     try:

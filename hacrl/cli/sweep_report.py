@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hacrl.config import ConfigError
-from hacrl.layout import Layout
+from hacrl.core.layout import Layout
 from hacrl.schema.sweep_manifest import SweepManifest
 from hacrl.sweep.grid import SWEEP_DIR, all_grids, expand, load_report_keys
 from hacrl.sweep.state import read_rebased_manifest

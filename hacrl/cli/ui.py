@@ -8,12 +8,14 @@ A UI left running would keep the port and hold the store open after its terminal
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from hacrl.sweep.warm import term_with_parent
 
@@ -48,8 +50,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 def view_links(store: str, base: str) -> list[str]:
     """Write the results-table views of every hacrl experiment of the store
-    (`hacrl.ui_views`) and say where they open; nothing when the store has none yet."""
-    from hacrl.mlflow_store import sqlite_path
+    (`hacrl.tracking.ui_views`) and say where they open; nothing when the store has none yet."""
+    from hacrl.tracking.mlflow_store import sqlite_path
 
     db = sqlite_path(store)
     if db is not None and not db.is_file():
@@ -57,7 +59,7 @@ def view_links(store: str, base: str) -> list[str]:
     try:
         from mlflow.tracking import MlflowClient
 
-        from hacrl.ui_views import view_url, write_views
+        from hacrl.tracking.ui_views import view_url, write_views
 
         client = MlflowClient(store)
         lines = []
@@ -79,7 +81,7 @@ def check_port(port: int) -> None:
     whatever else listens there): HacrlError naming it otherwise."""
     import socket
 
-    from hacrl.errors import HacrlError
+    from hacrl.core.errors import HacrlError
 
     with socket.socket() as probe:
         try:
@@ -91,7 +93,7 @@ def check_port(port: int) -> None:
 
 
 def serve(uri: str | None, output_root: str, port: int) -> int:
-    from hacrl.mlflow_store import check_readable, resolve_uri
+    from hacrl.tracking.mlflow_store import check_readable, resolve_uri
 
     store = resolve_uri(uri, Path(output_root).resolve())
     check_readable(store)  # no store there: one line, not a new empty one served
@@ -125,3 +127,25 @@ def serve(uri: str | None, output_root: str, port: int) -> int:
             signal.signal(sig, handler)
         if proc.poll() is None:
             _stop(proc)
+
+
+def add_parsers(sub: Any) -> None:
+    ui = sub.add_parser("ui", help="serve the MLflow UI for the store on 127.0.0.1 (stops "
+                        "with Ctrl-C, SIGTERM or its parent): hacrl ui [output_root=PATH]")
+    ui.add_argument("overrides", nargs="*", help="output_root=PATH (default: outputs, or "
+                    "$HACRL_OUTPUTS), as for every other command")
+    ui.add_argument("--outputs", default=None, help=argparse.SUPPRESS)  # the old spelling
+    ui.add_argument("--uri", default=None, help="tracking URI (default: the job store)")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(command_run=lambda args, unknown: run(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = parse_overrides(args.overrides)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
+    output_root = settings.get("output_root") or args.outputs or os.environ.get(
+        "HACRL_OUTPUTS", "outputs")
+    return serve(args.uri, output_root, args.port)

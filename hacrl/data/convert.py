@@ -122,9 +122,9 @@ def convert_rows(source: Source, rows: Sequence[Mapping[str, Any]],
 
 
 def synthetic_rows(source: Source, instruction: str) -> list[dict[str, Any]]:
-    """Rows of a `hacrl.arith` split; the tiny models learnt the bare question, so no instruction
+    """Rows of a `hacrl.data.arith` split; the tiny models learnt the bare question, so no instruction
     unless the source asks for one."""
-    from hacrl.arith import load_split
+    from hacrl.data.arith import load_split
 
     out = []
     for p in load_split(source.split):

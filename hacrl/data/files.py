@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hacrl.core.fileio import sha256_file
 from hacrl.data.sources import Source
-from hacrl.fileio import sha256_file
 
 __all__ = ["LocalState", "data_path", "inspect", "meta_path", "read_meta"]
 

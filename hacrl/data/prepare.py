@@ -1,7 +1,7 @@
 """`prepare`: download each source once, convert it, check it and write it locally.
 
 Hub sources go through `datasets.load_dataset(hub_id, name=config, split=split,
-revision=revision)`; synthetic sources are drawn from `hacrl.arith`. A source is written only when
+revision=revision)`; synthetic sources are drawn from `hacrl.data.arith`. A source is written only when
 its row count (and pinned sha256, if any) is right, so a file under the final name is always a
 complete, checked copy. Training and evaluation then read only these local files.
 """
@@ -17,6 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from hacrl.core.errors import ConfigError
+from hacrl.core.fileio import write_atomic
 from hacrl.data.convert import convert_rows, synthetic_rows
 from hacrl.data.files import META_VERSION, data_path, inspect, meta_path
 from hacrl.data.sources import (
@@ -27,8 +29,6 @@ from hacrl.data.sources import (
     instruction_text,
     load_sources,
 )
-from hacrl.errors import ConfigError
-from hacrl.fileio import write_atomic
 
 __all__ = ["PrepareResult", "prepare", "prepare_source", "select_sources"]
 
@@ -127,7 +127,7 @@ def prepare_source(source: Source, root: Path, instruction: str,
 
     rows = _rows_for(source, instruction)
     if source.rows is not None and len(rows) != source.rows:
-        origin = source.hub_id or f"hacrl.arith split {source.split}"
+        origin = source.hub_id or f"hacrl.data.arith split {source.split}"
         raise DataError(f"data.sources.{source.name}.rows={source.rows}: {origin} gave "
                         f"{len(rows)} rows; nothing written (a different revision or split? fix "
                         "the catalog if the change is expected)")

@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from hacrl.core.errors import ConfigError
 from hacrl.data.files import LocalState, inspect
 from hacrl.data.prepare import prepare_source
 from hacrl.data.sources import (
@@ -23,7 +24,6 @@ from hacrl.data.sources import (
     instruction_text,
     load_sources,
 )
-from hacrl.errors import ConfigError
 
 __all__ = ["local_file", "load_rows", "local_state"]
 

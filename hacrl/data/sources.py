@@ -1,7 +1,7 @@
 """Data sources named in `experiments/data/catalog.yaml`, validated into `Source` objects.
 
 A source is either a Hugging Face hub dataset (`kind: hub`, pinned by hub id, config, split and
-revision) or a split of the embedded synthetic task (`kind: synthetic`, see `hacrl.arith`).
+revision) or a split of the embedded synthetic task (`kind: synthetic`, see `hacrl.data.arith`).
 Every source is written to `<data.root>/<name>.jsonl`; what each key means is documented in
 the catalog itself.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hacrl.errors import ConfigError
+from hacrl.core.errors import ConfigError
 
 __all__ = [
     "ANSWER_RULES",
@@ -58,7 +58,7 @@ class Source:
 
     name: str
     kind: str  # "hub" or "synthetic"
-    split: str  # hub split, or the hacrl.arith split of a synthetic source
+    split: str  # hub split, or the hacrl.data.arith split of a synthetic source
     rows: int | None  # expected row count (None: a synthetic split's own size)
     instruction: bool  # whether the prompt gets the paper's instruction appended
     sha256: str | None = None  # pinned sha256 of the written jsonl, when known
@@ -152,11 +152,11 @@ def _parse(name: str, entry: dict[str, Any]) -> Source:
         raise ConfigError(f"{_key(name, 'instruction')}={instruction}: use true or false")
 
     if kind == "synthetic":
-        from hacrl.arith import SPLITS
+        from hacrl.data.arith import SPLITS
 
         split = str(entry["split"])
         if split not in SPLITS:
-            raise ConfigError(f"{_key(name, 'split')}={split}: not a split of hacrl.arith; known: "
+            raise ConfigError(f"{_key(name, 'split')}={split}: not a split of hacrl.data.arith; known: "
                               f"{', '.join(SPLITS)}")
         return Source(name=name, kind=kind, split=split, rows=rows, instruction=instruction,
                       sha256=sha)

@@ -18,7 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from hacrl.algo import Denominators, LossBatch, LossConfig, LossOutput, policy_loss
-from hacrl.rollout import ChatTokenizer, SamplingParams, TokenView
+from hacrl.algo.rollout import ChatTokenizer, SamplingParams, TokenView
 
 
 @dataclass

@@ -39,14 +39,14 @@ from transformers.utils import logging as hf_logging
 
 from hacrl.algo import Denominators, LossBatch
 from hacrl.algo.metrics import add_micro_batch
+from hacrl.algo.rollout import SamplingParams, TokenView, eos_id
+from hacrl.checkpoint.pickle_audit import safe_torch_load
 from hacrl.config import OLD_LOGPROBS, ConfigError
+from hacrl.core.telemetry import peak_memory_metrics
 from hacrl.engines.attention import use_decode_attention
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, register_engine
 from hacrl.engines.prompt_sharing import by_prompt, prompt_sharing_applies, prompt_sharing_logprobs
 from hacrl.engines.sampling import hf_sample
-from hacrl.pickle_audit import safe_torch_load
-from hacrl.rollout import SamplingParams, TokenView, eos_id
-from hacrl.telemetry import peak_memory_metrics
 
 hf_logging.disable_progress_bar()  # per-load bars would bury the training progress bar
 

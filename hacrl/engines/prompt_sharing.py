@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hacrl.rollout import TokenView
+from hacrl.algo.rollout import TokenView
 from hacrl.zoo.lean_decoder import (
     FusedLayer,
     finish_block,

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
+from hacrl.algo.rollout import SamplingParams
 from hacrl.engines.base import Generation
 from hacrl.engines.kv_cache import preallocated_cache
-from hacrl.rollout import SamplingParams
 from hacrl.zoo.lean_decoder import lean_decoder, lean_generate
 
 

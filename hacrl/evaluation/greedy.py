@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hacrl.arith import Problem
+from hacrl.algo.rollout import ChatTokenizer, SamplingParams, render_prompt_ids
+from hacrl.data.problem import Problem
+from hacrl.data.tasks import Grader
 from hacrl.engines.base import Engine
-from hacrl.rollout import ChatTokenizer, SamplingParams, render_prompt_ids
-from hacrl.tasks import Grader
 
 
 def render_prompts(tokenizer: ChatTokenizer, problems: Sequence[Problem],

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from hacrl.evaluation.protocol import TASK_DIR, Protocol, task_name
+from hacrl.config.protocol import TASK_DIR, Protocol, task_name
 from hacrl.schema.eval_artifacts import samples_file
 
 if TYPE_CHECKING:  # pyarrow is imported where an evaluation runs, not by every job's startup
@@ -64,7 +64,7 @@ def materialize(benchmarks: list[str], data_files: dict[str, Path], protocol: Pr
     for benchmark in benchmarks:
         shipped = TASK_DIR / f"{task_name(benchmark)}.yaml"
         if not shipped.is_file():
-            from hacrl.errors import ConfigError
+            from hacrl.core.errors import ConfigError
 
             known = sorted(p.stem.removeprefix("hacrl_") for p in TASK_DIR.glob("hacrl_*.yaml")
                            if p.stem not in ("hacrl_paper", "hacrl_tiny"))
@@ -123,7 +123,7 @@ class Backend:
                     # prompts longer than this would be truncated silently by vllm
                     "max_model_len": self.max_prompt_tokens + protocol.max_new_tokens,
                     "seed": seed}
-        from hacrl.errors import ConfigError
+        from hacrl.core.errors import ConfigError
 
         raise ConfigError(f"eval.backend={self.name}: unknown backend; use hf or vllm")
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from hacrl.config.protocol import Protocol, benchmark_data, evaluated_benchmarks
+from hacrl.core.layout import RunDir
 from hacrl.evaluation.lmeval import Backend, EvalOutcome, run_lm_eval, write_samples
-from hacrl.evaluation.protocol import Protocol, benchmark_data, evaluated_benchmarks
-from hacrl.layout import RunDir
 from hacrl.schema import eval_artifacts as A
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
@@ -249,7 +249,7 @@ def latest_checkpoint(run_dir: Path, model: str) -> tuple[int, Path] | None:
     (against the checkpoint's record, or their headers for checkpoints of an older hacrl). A
     damaged one is an error, not a reason to evaluate an older model in its place."""
     from hacrl.checkpoint import agent_weights, complete, damaged_weights, has_record, verify
-    from hacrl.errors import CheckpointError
+    from hacrl.core.errors import CheckpointError
 
     found = []
     for team in RunDir(run_dir).teams():
@@ -274,7 +274,7 @@ def latest_checkpoint(run_dir: Path, model: str) -> tuple[int, Path] | None:
 
 def target_from_run(tracker: Tracker, run_id: str) -> Target:
     """An agent run of a training job: its latest checkpoint (or its base model at step 0)."""
-    from hacrl.errors import ConfigError
+    from hacrl.core.errors import ConfigError
 
     try:
         run = tracker.client.get_run(run_id)
@@ -316,7 +316,7 @@ def standalone_run(tracker: Tracker, cfg: DictConfig, label: str, model_path: st
 
 def target_from_checkpoint(tracker: Tracker, cfg: DictConfig, path: Path) -> Target:
     """A model directory; inside a job's run directory its scores go to that agent's run."""
-    from hacrl.errors import ConfigError
+    from hacrl.core.errors import ConfigError
 
     path = path.expanduser().resolve()
     if not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():

@@ -1,6 +1,6 @@
 """One training job: teams of agents trained by `TeamLoop`, checkpointed, tracked in MLflow.
 
-Layout of a job's run directory (`hacrl.layout.RunDir`, `<output_root>/runs/<hash>-<method>/`):
+Layout of a job's run directory (`hacrl.core.layout.RunDir`, `<output_root>/runs/<hash>-<method>/`):
     config.yaml                  the resolved config
     team-<i>/ckpt/step_<t>/      the two newest checkpoints (`hacrl.checkpoint`)
     team-<i>/DONE.json           the team finished training and its final evaluation

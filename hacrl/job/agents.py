@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.config import AgentSpec, JobSpec
+from hacrl.config.settings import LoopSettings, method_settings
+from hacrl.core.layout import Layout, RunDir
 from hacrl.engines.base import EngineContext, engine_hook, make_engine
-from hacrl.layout import Layout, RunDir
-from hacrl.settings import LoopSettings, method_settings
 
 
 def job_dir(spec: JobSpec) -> RunDir:

@@ -16,11 +16,14 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from hacrl import checkpoint, faults
+from hacrl.checkpoint import team as checkpoint
 from hacrl.config import AgentSpec, JobSpec
-from hacrl.errors import CheckpointError, StoreError, check_writable
-from hacrl.eta import log_line
-from hacrl.events import Listener, Schedule, run_steps
+from hacrl.core import faults
+from hacrl.core.errors import CheckpointError, StoreError, check_writable
+from hacrl.core.eta import log_line
+from hacrl.core.layout import RunDir, TeamDir
+from hacrl.core.telemetry import peak_memory_metrics
+from hacrl.data.tasks import grader, load_problems, validation_problems
 from hacrl.job import requeue
 from hacrl.job.agents import agent_engine, before_job, job_dir, loop_settings, release_memory
 from hacrl.job.finishing import (
@@ -59,14 +62,12 @@ from hacrl.job.runs import (
     start_runs,
     system_metrics,
 )
-from hacrl.layout import RunDir, TeamDir
-from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
-from hacrl.mlflow_store import resolve_uri
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
-from hacrl.tasks import grader, load_problems, validation_problems
-from hacrl.telemetry import peak_memory_metrics
 from hacrl.tracking import Tracker
+from hacrl.tracking.mlflow_store import resolve_uri
+from hacrl.training.events import Listener, Schedule, run_steps
+from hacrl.training.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 
 
 def run_job(spec: JobSpec, progress: bool = True, report: Report | None = None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """How a job ends, and the paths that train nothing: evaluation, DONE.json, repair.
 
 Finishing is ordered so that a kill at any instant leaves a state the next run repairs
-(`hacrl.faults.FINISHING` names the points a test kills at): final checkpoint, final evaluation
+(`hacrl.core.faults.FINISHING` names the points a test kills at): final checkpoint, final evaluation
 (into the agent runs), DONE.json, the job's time metrics, agent runs FINISHED, job run FINISHED.
 A rerun that finds every DONE.json but no FINISHED job run completes the killed runs in place
 (`repair`) instead of training again. `evaluate_base` (method=base) and `evaluate_finished`
@@ -15,10 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hacrl import checkpoint, faults
+from hacrl.checkpoint import team as checkpoint
 from hacrl.config import JobSpec
+from hacrl.core import faults
+from hacrl.core.fileio import write_atomic
+from hacrl.core.layout import TeamDir
 from hacrl.evaluation.runner import evaluate_into_run, latest_checkpoint, target_from_model
-from hacrl.fileio import write_atomic
 from hacrl.job.lock import evaluation_lock
 from hacrl.job.runs import (
     agent_runs_of,
@@ -27,7 +29,6 @@ from hacrl.job.runs import (
     log_scores,
     newest_unfinished_job_run,
 )
-from hacrl.layout import TeamDir
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
 from hacrl.tracking import Tracker

@@ -1,4 +1,4 @@
-"""What a job does with a team's training events (`hacrl.events`): one listener per concern.
+"""What a job does with a team's training events (`hacrl.training.events`): one listener per concern.
 
 `StepMetrics` logs every agent's step metrics into its MLflow run, `Validation` runs the greedy
 validation when it is due, `Checkpointing` saves the team when a checkpoint is due, `Progress`
@@ -14,12 +14,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hacrl import checkpoint, faults
-from hacrl.arith import Problem
-from hacrl.errors import StoreError
-from hacrl.eta import log_line
+from hacrl.checkpoint import team as checkpoint
+from hacrl.core import faults
+from hacrl.core.errors import StoreError
+from hacrl.core.eta import log_line
+from hacrl.core.layout import TeamDir
+from hacrl.data.problem import Problem
+from hacrl.data.tasks import Grader
 from hacrl.evaluation.greedy import greedy_accuracy, render_prompts
-from hacrl.events import (
+from hacrl.schema import metric_names as M
+from hacrl.tracking import Tracker
+from hacrl.training.events import (
     CheckpointDue,
     Event,
     Failed,
@@ -29,11 +34,7 @@ from hacrl.events import (
     TrainingStarts,
     ValidationDue,
 )
-from hacrl.layout import TeamDir
-from hacrl.loop import Agent, TeamLoop
-from hacrl.schema import metric_names as M
-from hacrl.tasks import Grader
-from hacrl.tracking import Tracker
+from hacrl.training.loop import Agent, TeamLoop
 
 
 class StepMetrics:

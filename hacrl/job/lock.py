@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
-from hacrl.errors import HacrlError
+from hacrl.core.errors import HacrlError
+from hacrl.core.layout import RunDir
 from hacrl.job import requeue
-from hacrl.layout import RunDir
 
 
 @contextlib.contextmanager
@@ -48,7 +48,7 @@ def evaluation_lock(output_root: Path, model: str, label: str) -> Iterator[None]
     `model`: the model's path (or run id); `label` names it in the waiting line."""
     import sys
 
-    from hacrl.layout import Layout
+    from hacrl.core.layout import Layout
 
     path = Layout(output_root).evaluation_lock(model)
     path.parent.mkdir(parents=True, exist_ok=True)

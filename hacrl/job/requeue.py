@@ -6,7 +6,7 @@ submitit's own answer is to requeue the job and exit at once: every step since t
 periodic checkpoint is lost and the requeued job starts new MLflow runs.
 
 A sweep cell answers instead (`install`, from `hacrl.sweep.cell_run`): USR2 asks the training
-to stop at the end of the step in progress (`requested`, polled by `hacrl.events.run_steps`),
+to stop at the end of the step in progress (`requested`, polled by `hacrl.training.events.run_steps`),
 which saves a checkpoint there; the job's runs end KILLED tagged `hacrl.requeued`; then
 submitit's handler requeues the job and exits (`hand_over`). The requeued job resumes from that
 checkpoint into the same runs (`hacrl.job.runs.reopen_requeued`), so its curves are those of an

@@ -15,12 +15,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from hacrl import faults
 from hacrl.config import JobSpec
-from hacrl.evaluation.protocol import evaluated_benchmarks
+from hacrl.config.protocol import evaluated_benchmarks
+from hacrl.core import faults
+from hacrl.data.tasks import load_problems
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
-from hacrl.tasks import load_problems
 from hacrl.tracking import Tracker, flatten, git_commit, standard_tags
 
 
@@ -115,7 +115,7 @@ def job_datasets(cfg: Any) -> list[tuple[str, str, str, int, str]]:
         digest = hashlib.sha256()
         for p in problems:
             digest.update(json.dumps([p.uid, p.question, p.answer]).encode() + b"\n")
-        return context, name, f"hacrl.arith:{name}", len(problems), digest.hexdigest()
+        return context, name, f"hacrl.data.arith:{name}", len(problems), digest.hexdigest()
 
     own = from_file if cfg.task.name == "math" else embedded
     out = [own("training", str(cfg.task.train_split))]

@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hacrl.errors import HacrlError
-from hacrl.fileio import write_json
-from hacrl.layout import SweepDir
+from hacrl.core.errors import HacrlError
+from hacrl.core.fileio import write_json
+from hacrl.core.layout import SweepDir
 
 FORMAT = 2
 FILE_NAME = SweepDir(Path()).manifest.name  # for messages about a manifest of unknown folder

@@ -31,7 +31,7 @@ MODEL = "model"        # an agent or evaluation run: the catalog name of its mod
 SWEEP = "sweep"        # a report run: the sweep it reports
 
 # bookkeeping of hacrl's own
-RUN_DIR = "hacrl.run_dir"            # a job's folder (`hacrl.layout.RunDir`)
+RUN_DIR = "hacrl.run_dir"            # a job's folder (`hacrl.core.layout.RunDir`)
 MODEL_PATH = "hacrl.model_path"      # an evaluation run: the weights it scored
 STEP = "hacrl.step"                  # ... and the training step they stand at
 ZOO_SEED = "hacrl.zoo_seed"          # ... and the tiny zoo's draw they belong to (scale.zoo_seed)

@@ -18,8 +18,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from hacrl.eta import log_line
-from hacrl.fileio import write_json
+from hacrl.core.eta import log_line
+from hacrl.core.fileio import write_json
 from hacrl.job import requeue
 from hacrl.job.lock import Terminated, on_sigterm
 from hacrl.schema import metric_names as M

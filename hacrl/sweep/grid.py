@@ -26,9 +26,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from hacrl.algo.methods import METHODS
 from hacrl.config import CONFIG_DIR, ConfigError, config_hash
-from hacrl.config_ranges import check_leaf_ranges
-from hacrl.evaluation.protocol import paper_benchmark
-from hacrl.layout import Layout
+from hacrl.config.protocol import paper_benchmark
+from hacrl.config.ranges import check_leaf_ranges
+from hacrl.core.layout import Layout
 from hacrl.schema.sweep_manifest import CellRecord
 
 SWEEP_DIR = CONFIG_DIR / "sweep"  # the repository's sweeps/ links here
@@ -274,8 +274,7 @@ def composing_once(compose: Compose, dirs: tuple[Path, ...]) -> Compose:
 
 def _fill_facts(cell: Cell, cfg: DictConfig) -> None:
     from hacrl.config import check_zoo_draw, model_path, zoo_seed
-    from hacrl.evaluation import Protocol
-    from hacrl.evaluation.protocol import benchmark_data
+    from hacrl.config.protocol import Protocol, benchmark_data
 
     method = METHODS[cell.method]
     cell.trains = method.trains
@@ -329,7 +328,7 @@ class Expansion:
 
 
 def _check_ranges(sweep: str, base: list[str], cfg: DictConfig) -> None:
-    """A cell's values in their ranges (`hacrl.config_ranges`), each refusal naming the cell."""
+    """A cell's values in their ranges (`hacrl.config.ranges`), each refusal naming the cell."""
     try:
         check_leaf_ranges(cfg)
     except ConfigError as err:

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from hacrl.eta import duration, eta_seconds
+from hacrl.core.eta import duration, eta_seconds
 from hacrl.sweep.grid import Cell
 from hacrl.sweep.state import cell_state_path, phase_text, read_json
 

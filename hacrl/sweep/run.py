@@ -25,11 +25,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from hacrl.config_ranges import check_leaf_ranges
-from hacrl.errors import ConfigError, check_writable
-from hacrl.fileio import write_json
-from hacrl.layout import Layout, SweepDir
-from hacrl.mlflow_store import check_store, resolve_uri
+from hacrl.config.ranges import check_leaf_ranges
+from hacrl.core.errors import ConfigError, check_writable
+from hacrl.core.fileio import write_json
+from hacrl.core.layout import Layout, SweepDir
 from hacrl.schema.sweep_manifest import SweepManifest, write_manifest
 from hacrl.sweep.grid import (
     Cell,
@@ -46,6 +45,7 @@ from hacrl.sweep.slurm import check_fits, wait_for_jobs
 from hacrl.sweep.state import DEADLINE_S, cell_status, format_table
 from hacrl.sweep.warm import WarmPool, populate_supported
 from hacrl.tracking import Tracker
+from hacrl.tracking.mlflow_store import check_store, resolve_uri
 
 LOCAL_LAUNCHERS = ("LocalLauncher", "BasicLauncher")
 

@@ -28,7 +28,7 @@ def sbatch_parameters(launcher: Mapping[str, Any]) -> dict[str, Any]:
         params["mem"] = _convert_mem(params["mem"])
     unknown = sorted(set(params) - set(_get_default_parameters()))
     if unknown:
-        from hacrl.errors import ConfigError
+        from hacrl.core.errors import ConfigError
 
         raise ConfigError(f"hydra.launcher.{unknown[0]}: not a SLURM parameter submitit knows")
     return params
@@ -121,7 +121,7 @@ def check_fits(launcher: Mapping[str, Any]) -> None:
         return  # no sinfo here: sbatch itself refuses (EnforcePartLimits) or the job pends
     reason = misfit(launcher, nodes)
     if reason is not None:
-        from hacrl.errors import ConfigError
+        from hacrl.core.errors import ConfigError
 
         partition = launcher.get("partition")
         raise ConfigError(f"{reason} ({f'partition {partition}' if partition else 'the default partition'})")

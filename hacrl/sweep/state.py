@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from hacrl.checkpoint import read_done
-from hacrl.layout import Layout, RunDir, SweepDir
-from hacrl.mlflow_store import sqlite_uri
+from hacrl.core.layout import Layout, RunDir, SweepDir
 from hacrl.schema import tags as T
 from hacrl.schema.sweep_manifest import SweepManifest, read_manifest
 from hacrl.sweep.grid import Cell
 from hacrl.tracking import Tracker, process_alive
+from hacrl.tracking.mlflow_store import sqlite_uri
 
 HEARTBEAT_S = 30.0   # a running cell rewrites its state file this often
 DEADLINE_S = 300.0   # ... and counts as dead on another host after this long without it
@@ -199,7 +199,7 @@ def phase_text(state: dict[str, Any]) -> str:
 def progress_text(row: dict[str, Any]) -> str:
     """`training step 12/20, 0:31` for a running cell, `35 s` for a finished one."""
     if row.get("status") == "running":
-        from hacrl.eta import duration
+        from hacrl.core.eta import duration
 
         started = row.get("started")
         ran = f", {duration(time.time() - started)}" if isinstance(started, int | float) else ""

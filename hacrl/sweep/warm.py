@@ -134,7 +134,7 @@ def _die_with_parent() -> None:
 
 def term_with_parent() -> None:
     """Have the kernel SIGTERM this process when its parent exits (`faults.die_with_parent`)."""
-    from hacrl.faults import die_with_parent
+    from hacrl.core.faults import die_with_parent
 
     die_with_parent(os.getppid(), signal.SIGTERM)
 

@@ -8,7 +8,7 @@ match (`exact_match`, Hendrycks-style) is reported alongside as a second metric.
 
     with Verifier(timeout_s=3.0, workers=2) as v:
         grades = v.grade_many(responses, answers)   # list[Grade]
-        rewards = v.rewards(responses, answers)     # list[float]; a `hacrl.tasks.Grader`
+        rewards = v.rewards(responses, answers)     # list[float]; a `hacrl.data.tasks.Grader`
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def main(fd: int, memory_mb: int) -> None:
     """Entry point of a worker interpreter: serve on the socket inherited as file descriptor `fd`.
     It ends with the process that started it, however that one ends (mid-grade too: a closed
     socket is only seen between items)."""
-    from hacrl.faults import die_with_parent
+    from hacrl.core.faults import die_with_parent
 
     die_with_parent(os.getppid())
     serve(Connection(fd), memory_mb)

@@ -24,9 +24,9 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from hacrl.arith import load_probe, load_split
-from hacrl.eta import ItemProgress
-from hacrl.faults import die_with_parent
+from hacrl.core.eta import ItemProgress
+from hacrl.core.faults import die_with_parent
+from hacrl.data.arith import load_probe, load_split
 from hacrl.zoo.cards import CARD_NAME
 from hacrl.zoo.schedule import expected_steps, group_runs, run_cost, schedule
 from hacrl.zoo.sft import SFTConfig, SFTResult, probe_accuracy, sft_train, sft_train_stages

@@ -17,7 +17,8 @@ from typing import Any, cast
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from hacrl.arith import Problem, grade_many
+from hacrl.data.arith import grade_many
+from hacrl.data.problem import Problem
 from hacrl.zoo.lean_decoder import lean_decoder, lean_generate
 
 __all__ = [

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from hacrl.arith import load_split
+from hacrl.data.arith import load_split
 
 __all__ = [
     "FAMILIES",

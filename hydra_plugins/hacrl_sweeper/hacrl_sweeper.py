@@ -66,7 +66,7 @@ class HacrlSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:  # noqa: UP006
         from hacrl.cli.sweep_report import run_sweep
-        from hacrl.errors import HacrlError, print_error
+        from hacrl.core.errors import HacrlError, print_error
         from hacrl.sweep.run import SweepRun
 
         assert self.config is not None and self.hydra_context is not None

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from hacrl.algo import LossBatch
-from hacrl.rollout import TokenView
+from hacrl.algo.rollout import TokenView
 
 # [B] per-row fields of a training batch (besides verl's own)
 ROW_FIELDS = {

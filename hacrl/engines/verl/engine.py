@@ -2,7 +2,7 @@
 
 Per agent: one Ray worker group of `HacrlActorRolloutRefWorker` (FSDP actor, optional
 reference, and the vLLM rollout in the same processes) and its vLLM server replicas. The loop
-is the local engine's loop (`hacrl.loop.TeamLoop`); this adapter turns its calls into verl's:
+is the local engine's loop (`hacrl.training.loop.TeamLoop`); this adapter turns its calls into verl's:
 
     generate     -> sync weights actor -> vLLM (wakes the rollout), generate, put it to sleep
     log_probs    -> worker_group.compute_log_prob / compute_ref_log_prob
@@ -34,6 +34,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from hacrl.algo import Denominators, LossBatch, LossConfig
+from hacrl.algo.rollout import SamplingParams, TokenView, eos_id
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss
 from hacrl.engines.verl import batch as vb
 from hacrl.engines.verl.agent_checkpoint import load_agent, save_agent
@@ -56,7 +57,6 @@ from hacrl.engines.verl.worker_loss import (
     loss_callable,
     reported_metrics,
 )
-from hacrl.rollout import SamplingParams, TokenView, eos_id
 
 
 class VerlEngine(Engine):

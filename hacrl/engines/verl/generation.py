@@ -18,8 +18,8 @@ import asyncio
 import uuid
 from typing import Any
 
+from hacrl.algo.rollout import SamplingParams, eos_id
 from hacrl.engines.base import Generation
-from hacrl.rollout import SamplingParams, eos_id
 
 
 def stop_token_ids(model_path: str, tokenizer: Any) -> frozenset[int]:

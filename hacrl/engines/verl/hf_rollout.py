@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
+from hacrl.algo.rollout import SamplingParams
 from hacrl.engines.base import Generation
 from hacrl.engines.sampling import hf_sample
-from hacrl.rollout import SamplingParams
 
 NAME = "hf"
 

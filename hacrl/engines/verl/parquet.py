@@ -3,7 +3,7 @@
 verl's RL dataset (`verl.utils.dataset.rl_dataset.RLHFDataset`) reads parquet rows of
     data_source: str, prompt: [{"role": "user", "content": str}], ability: str,
     reward_model: {"style": "rule", "ground_truth": str}, extra_info: {"split", "index", "uid"}
-The verl engine's loop draws its prompts itself (hacrl.loop.PromptSchedule over the same
+The verl engine's loop draws its prompts itself (hacrl.training.loop.PromptSchedule over the same
 prepared rows), so this file is what verl's config points `data.train_files` at and what a
 user hands to verl's own tools; its prompts are the rows' `prompt` (the paper's instruction
 included), the same text the loop renders with each model's chat template.
@@ -37,8 +37,8 @@ def source_name(data_cfg: DictConfig, split: str) -> str:
     """The data source a task split reads: the split itself (task=math: `math_train`) or the
     synthetic source drawn from that split of the embedded task (task=arith: `train` ->
     `tiny_train`)."""
+    from hacrl.core.errors import ConfigError
     from hacrl.data.sources import load_sources
-    from hacrl.errors import ConfigError
 
     sources = load_sources(data_cfg)
     if split in sources:

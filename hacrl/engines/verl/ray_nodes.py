@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hacrl.core.errors import EngineError
 from hacrl.engines.verl.ray_plan import Plan
-from hacrl.errors import EngineError
 
 # Waits, in seconds; module constants (read at call time) so tests can shorten them.
 HEAD_START_S = 180.0    # `ray start --head` until its port accepts connections

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from hacrl.core.errors import ConfigError
 from hacrl.engines.verl.slurm_allocation import SlurmAllocation
-from hacrl.errors import ConfigError
 
 DEFAULT_PORT = 6379
 LOCAL = "local"   # connect's answer when ray.init() should start a one-node Ray in-process

@@ -24,8 +24,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo import LossConfig
+from hacrl.core.errors import ConfigError
 from hacrl.engines.verl.parquet import parquet_path, source_name
-from hacrl.errors import ConfigError
 
 # sections of the verl config the workers turn into dataclasses
 VALIDATED = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref",

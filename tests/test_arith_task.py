@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hacrl.arith import (
+from hacrl.data.arith import (
     BENCHMARKS,
     SPLITS,
     extract_boxed,
@@ -21,7 +21,7 @@ from hacrl.arith import (
     normalize_answer,
     write_split_jsonl,
 )
-from hacrl.arith.problems import _draw_split
+from hacrl.data.arith.problems import _draw_split
 
 EXPECTED_SIZES = {
     "tiny_math500": (1300, {1, 2, 3, 4, 5}),

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 # The shipped lm-eval task files (one `hacrl_<benchmark>.yaml` each); the config checks them.
-TASK_DIR = Path(__file__).parent / "lm_eval_tasks"
+# the lm-eval task files hacrl ships (package data of `hacrl.evaluation`, which runs them)
+TASK_DIR = Path(__file__).resolve().parents[1] / "evaluation" / "lm_eval_tasks"
 
 
 def task_name(benchmark: str) -> str:
@@ -44,7 +45,7 @@ def evaluated_benchmarks(eval_cfg: Any) -> list[str]:
     paper names: `math500` picks `tiny_math500`) in `eval.benchmarks`' order; null: all of them.
     A sweep whose tables read one benchmark (Table 6 and the alpha ablation read MATH-500)
     evaluates only that one; the run's benchmarks tag says which were evaluated."""
-    from hacrl.errors import ConfigError
+    from hacrl.core.errors import ConfigError
 
     benchmarks = [str(b) for b in eval_cfg.benchmarks]
     only = eval_cfg.get("only")
@@ -98,7 +99,7 @@ class Protocol:
                     data: dict[str, str | None] | None = None) -> Protocol:
         """Build from a protocol node (DictConfig or mapping); errors name the key `where`.X.
         `data`: the benchmarks' data pins (`benchmark_data`), part of the key."""
-        from hacrl.errors import ConfigError
+        from hacrl.core.errors import ConfigError
 
         def sampling(where: str, n: Any) -> Sampling:
             s = Sampling(int(n.get("samples", 1)), float(n.get("temperature", 0.0)),
@@ -132,7 +133,7 @@ class Protocol:
     @classmethod
     def in_use(cls, eval_cfg: Any, data: dict[str, str | None] | None = None) -> list[Protocol]:
         """The protocols `eval.use` names, from their definitions in `eval.protocols`."""
-        from hacrl.errors import ConfigError
+        from hacrl.core.errors import ConfigError
 
         defined = eval_cfg.get("protocols") or {}
         names = list(eval_cfg.get("use") or [])

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from hacrl.loop import StepResult
+from hacrl.training.loop import StepResult
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Runs carry the pid and host of their process (and a token of the process's start, against
 reused pids) so a run whose process died can be marked KILLED. Tag names are
-`hacrl.schema.tags`; how the store is opened, checked and locked is `hacrl.mlflow_store`.
+`hacrl.schema.tags`; how the store is opened, checked and locked is `hacrl.tracking.mlflow_store`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hacrl.errors import StoreError, one_line
-from hacrl.layout import artifacts_beside
-from hacrl.mlflow_store import LOCKED_RETRIES, Timed, experiment_id, open_client, sqlite_path
+from hacrl.core.errors import StoreError, one_line
+from hacrl.core.layout import artifacts_beside
 from hacrl.schema import tags as T
+from hacrl.tracking.mlflow_store import (
+    LOCKED_RETRIES,
+    Timed,
+    experiment_id,
+    open_client,
+    sqlite_path,
+)
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value

@@ -1,7 +1,7 @@
 """Synthetic verifiable arithmetic task: problems, splits and a boxed-answer verifier."""
 
-from hacrl.arith.boxed import extract_boxed, grade, grade_many, normalize_answer
-from hacrl.arith.problems import (
+from hacrl.data.arith.boxed import extract_boxed, grade, grade_many, normalize_answer
+from hacrl.data.arith.problems import (
     BENCHMARKS,
     LEVELS,
     SPLITS,

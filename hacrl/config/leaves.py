@@ -4,7 +4,7 @@ The references are the default compositions (`hacrl train` with no overrides, at
 with each engine): a leaf that is a bool, a number, a string, a list or a mapping there must
 stay one in the job's config (`true` is not a number; a number where a string is expected is
 fine, as in `engine.forward_rows=32` for "auto"; whether a number must be an integer, and its
-range, are checked next, by `hacrl.config_ranges`, since group options differ there: one pair's
+range, are checked next, by `hacrl.config.ranges`, since group options differ there: one pair's
 alpha is 3, another's 1.5). null is always accepted here (the range says where it is not), and
 leaves no reference has (`+key=...`) are left to their checks.
 A wrong type is one line naming the key, the value and what it must be.
@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hacrl.errors import ConfigError
+from hacrl.core.errors import ConfigError
 
 KINDS = {bool: "true or false", float: "a number", str: "a string",
          list: "a list, e.g. [a,b]", dict: "a mapping, e.g. {k: v}"}

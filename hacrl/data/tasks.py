@@ -11,15 +11,15 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig
 
-from hacrl import arith
-from hacrl.arith import Problem
+from hacrl.data import arith
+from hacrl.data.problem import Problem
 
 Grader = Callable[[list[str], list[str]], list[float]]  # (responses, answers) -> rewards
 
 
 def check_task(cfg: DictConfig) -> None:
     """Fail early (ConfigError) when a split the job needs is not available locally."""
-    from hacrl.errors import ConfigError
+    from hacrl.core.errors import ConfigError
 
     name = cfg.task.name
     splits = [cfg.task.train_split, *([cfg.validation.benchmark] if cfg.validation.every else []),

@@ -22,9 +22,9 @@ from types import ModuleType
 
 import pytest
 
-from hacrl.errors import StoreError
-from hacrl.mlflow_store import resolve_uri, sqlite_path, sqlite_uri
+from hacrl.core.errors import StoreError
 from hacrl.tracking import Tracker
+from hacrl.tracking.mlflow_store import resolve_uri, sqlite_path, sqlite_uri
 
 ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -35,7 +35,7 @@ AS_ROOT = os.geteuid() == 0
 # issue 16's faults are found before it starts, which is what makes them quick)
 OPEN = r"""
 import json, sys
-from hacrl.errors import StoreError
+from hacrl.core.errors import StoreError
 from hacrl.tracking import Tracker
 assert "mlflow" not in sys.modules
 try:
@@ -251,8 +251,7 @@ def test_not_a_database_is_one_line(tmp_path: Path) -> None:
 def mlflow_clients(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The URIs hacrl opens an MLflow client on in this test (MLflow's own retries, ~100 s
     for a sqlite file and ~255 s for a refused server, start only there)."""
-    from hacrl import mlflow_store
-
+    from hacrl.tracking import mlflow_store
     opened: list[str] = []
     client = mlflow_store._client
 
@@ -307,7 +306,7 @@ def test_a_dataset_two_jobs_log_at_once_is_linked_not_fatal(tmp_path: Path) -> N
 
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "hacrl-tiny")
     first, second = tracker.start_run("a", {}), tracker.start_run("b", {})
-    datasets = [("training", "train", "hacrl.arith:train", 5, "ab" * 32)]
+    datasets = [("training", "train", "hacrl.data.arith:train", 5, "ab" * 32)]
     tracker.log_datasets(first, datasets)
     real, calls = tracker.client._client.log_inputs, []
 

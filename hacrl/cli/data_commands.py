@@ -2,8 +2,8 @@
 `hacrl data list [--scale tiny|paper] [overrides...]`.
 
 Names and Hydra overrides (`data.root=/x`) may be mixed on the command line: an argument with
-`=` is an override. `add_parser` registers the commands on the main `hacrl` parser; `main` runs
-them standalone (`python -m hacrl.cli.data`).
+`=` is an override. `add_parsers` registers the commands on the main `hacrl` parser; `main` runs
+them standalone (`python -m hacrl.cli.data_commands`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_parser", "main", "run"]
+__all__ = ["add_parsers", "main", "run"]
 
 _COLUMNS = ("name", "rows", "sha256", "status", "path")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parsers(subparsers: Any) -> argparse.ArgumentParser:
     """Register `data` (with `prepare` and `list`) on the subparsers of the `hacrl` parser."""
     data = subparsers.add_parser("data", help="prepare and list the local data sources")
+    data.set_defaults(command_run=run, takes_overrides=True)
     sub = data.add_subparsers(dest="data_command", required=True)
     prep = sub.add_parser("prepare", help="download / draw sources into data.root "
                           "(default: all; hub sources need the Hugging Face hub)")
@@ -46,9 +47,9 @@ def _table(rows: Sequence[tuple[str, ...]]) -> str:
 
 
 def _prepare(data_cfg: Any, names: list[str], force: bool, scale: str | None) -> int:
+    from hacrl.core.eta import ItemProgress
     from hacrl.data.prepare import prepare_source, select_sources
     from hacrl.data.sources import DataError, HubUnreachable, data_root, instruction_text
-    from hacrl.eta import ItemProgress
 
     root, instruction = data_root(data_cfg), instruction_text(data_cfg)
     table: list[tuple[str, ...]] = []
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace, unknown_overrides: list[str] | None = None) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hacrl")
-    add_parser(parser.add_subparsers(dest="command", required=True))
+    add_parsers(parser.add_subparsers(dest="command", required=True))
     args, unknown = parser.parse_known_args(argv)
     return run(args, unknown)
 

@@ -36,14 +36,14 @@ from typing import Any, cast
 
 import torch
 
+from hacrl.algo.rollout import TokenView
 from hacrl.config import ConfigError, JobSpec, compose, validate
+from hacrl.core.errors import print_error
+from hacrl.data.tasks import grader, load_problems
 from hacrl.engines.base import Engine
 from hacrl.engines.prompt_sharing import prompt_sharing_applies, prompt_sharing_logprobs
-from hacrl.errors import print_error
 from hacrl.job import agent_engine, job_dir, loop_settings
-from hacrl.loop import Agent, PromptSchedule, TeamLoop, seed_everything
-from hacrl.rollout import TokenView
-from hacrl.tasks import grader, load_problems
+from hacrl.training.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.zoo.lean_decoder import lean_decoder, lean_generate
 
 PHASES = ("generate", "logprob", "update")  # the phases with a tensor floor

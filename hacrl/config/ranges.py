@@ -1,4 +1,4 @@
-"""The range of every leaf of a job's config, checked right after its type (`hacrl.config_leaves`).
+"""The range of every leaf of a job's config, checked right after its type (`hacrl.config.leaves`).
 
 `RANGES` maps a dotted key (`*` stands for one segment: a protocol, a benchmark, a source, a
 model) to the values the machinery can run with and that mean what the key says: a gradient
@@ -20,8 +20,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hacrl.config_leaves import leaves
-from hacrl.errors import ConfigError
+from hacrl.config.leaves import leaves
+from hacrl.core.errors import ConfigError
 
 # integer sizes and counts as torch, numpy and vLLM hold them (int32 indexing, numpy's seeds)
 INT32_MAX = 2**31 - 1

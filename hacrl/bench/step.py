@@ -16,11 +16,17 @@ import statistics
 
 import torch
 
-from hacrl.compute_floor import STEP_PHASES as PHASES
-from hacrl.compute_floor import FloorMeter, close, phase_seconds, print_floor_table, team_loops
+from hacrl.bench.compute_floor import STEP_PHASES as PHASES
+from hacrl.bench.compute_floor import (
+    FloorMeter,
+    close,
+    phase_seconds,
+    print_floor_table,
+    team_loops,
+)
 from hacrl.config import ConfigError, JobSpec, compose, validate
-from hacrl.errors import print_error
-from hacrl.loop import seed_everything
+from hacrl.core.errors import print_error
+from hacrl.training.loop import seed_everything
 
 
 def local_twin(overrides: list[str]) -> list[str]:

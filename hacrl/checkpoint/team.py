@@ -14,7 +14,7 @@ Why this shape:
   damaged after it was written (a truncated file, a bad disk) falls back to the one before.
 - Nothing from disk is unpickled by hacrl, and pickles other code loads (verl's
   `torch.load(weights_only=False)` of its shards) are audited first against an allow-list
-  (`hacrl.pickle_audit`): `verify` audits every file of a step folder that is or looks like a
+  (`hacrl.checkpoint.pickle_audit`): `verify` audits every file of a step folder that is or looks like a
   pickle, so a planted file is refused before any loader reads it.
 """
 
@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from hacrl.errors import CheckpointError
-from hacrl.fileio import sha256_file
-from hacrl.pickle_audit import PICKLED, audit_pickle, looks_pickled
+from hacrl.checkpoint.pickle_audit import PICKLED, audit_pickle, looks_pickled
+from hacrl.core.errors import CheckpointError
+from hacrl.core.fileio import sha256_file
 
 FORMAT = 2
 KEEP = 2  # the latest checkpoint and the one before it (the fallback)
@@ -356,7 +356,8 @@ def upgrade(folder: Path) -> None:
     verify(folder)
 
 
-if __name__ == "__main__":  # python -m hacrl.checkpoint upgrade <step folder>...
+def main() -> None:
+    """`python -m hacrl.checkpoint upgrade <step folder>...`"""
     if len(sys.argv) < 3 or sys.argv[1] != "upgrade":
         sys.exit("usage: python -m hacrl.checkpoint upgrade <step folder>... (checkpoints you "
                  "wrote yourself: their loop.pt is unpickled)")

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from hacrl.data.problem import Problem
+
 __all__ = [
     "BENCHMARKS",
     "LEVELS",
@@ -42,17 +44,6 @@ __all__ = [
 LEVELS: tuple[int, ...] = (1, 2, 3, 4, 5)
 HELDOUT_PERCENT = 30
 _VERSION = "v1"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One arithmetic problem; ``solution`` is the target response ending in ``\\boxed{answer}``."""
-
-    uid: str
-    question: str
-    answer: str
-    level: int
-    solution: str
 
 
 @dataclass(frozen=True)

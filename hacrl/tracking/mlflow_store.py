@@ -2,7 +2,7 @@
 use, retries. `hacrl.tracking.Tracker` writes through it; `analysis.store` reads through it.
 
 The default store is `sqlite:///<output_root>/mlflow.db` (`resolve_uri`; the path from
-`hacrl.layout`); `MLFLOW_TRACKING_URI` or `tracking.uri` point elsewhere (e.g. an `mlflow server`).
+`hacrl.core.layout`); `MLFLOW_TRACKING_URI` or `tracking.uri` point elsewhere (e.g. an `mlflow server`).
 
 Safety of the store (issue 16), the choices and why:
 
@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from hacrl.errors import StoreError, one_line
-from hacrl.layout import Layout, artifacts_beside
+from hacrl.core.errors import StoreError, one_line
+from hacrl.core.layout import Layout, artifacts_beside
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hacrl.algo import LossConfig, MethodSpec
-from hacrl.rollout import SamplingParams
+from hacrl.algo.rollout import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from hacrl.errors import CheckpointError
+from hacrl.core.errors import CheckpointError
 
 # Globals a torch checkpoint may name: tensor/storage rebuilding, DTensor metadata (verl's FSDP
 # shards), numpy arrays (RNG states) and plain containers. Anything else (os.system, eval,

@@ -21,18 +21,18 @@ from torch import Tensor
 from hacrl import algo
 from hacrl.algo import AdvantageOptions, LossBatch, MethodSpec
 from hacrl.algo.metrics import combine_updates
-from hacrl.arith import Problem
-from hacrl.engines.base import Engine, MiniBatchLoss
-from hacrl.rollout import (
+from hacrl.algo.rollout import (
     TokenView,
     Trajectory,
     own_view,
     render_prompt_ids,
     retokenize,
 )
-from hacrl.settings import LoopSettings
-from hacrl.tasks import Grader
-from hacrl.telemetry import PhaseTimer
+from hacrl.config.settings import LoopSettings
+from hacrl.core.telemetry import PhaseTimer
+from hacrl.data.problem import Problem
+from hacrl.data.tasks import Grader
+from hacrl.engines.base import Engine, MiniBatchLoss
 
 
 @dataclass
@@ -114,29 +114,31 @@ class TeamLoop:
 
     # -- one step -------------------------------------------------------------------------------
     def step(self, step: int) -> StepResult:
-        """Training step `step` (1-based), phase by phase as in the paper's algorithm."""
+        """Training step `step` (1-based), phase by phase; the paper's HACPO steps 1-6 are named
+        where a phase carries them out."""
         timers = [PhaseTimer() for _ in self.agents]
         team_timer = PhaseTimer()
         problems = self.schedule.batch(step)
         messages = [prompt_messages(p, self.settings.prompt_template) for p in problems]
         prompt_ids = [[render_prompt_ids(a.engine.tokenizer, m) for m in messages] for a in self.agents]
 
-        # 1. every agent samples G responses per prompt
+        # generate: every agent samples G responses per prompt
         trajs = self._generate(problems, messages, prompt_ids, timers)
-        # 2. one verifier scores all n * P * G responses
+        # verify: one verifier scores all n * P * G responses
         rewards = self._verify(problems, trajs, team_timer)
-        # 3. capability and the advantage of every (target, source) sample
+        # capability (step 1) and the advantage of every (target, source) sample (steps 2, 3)
         capability = self.capability.update(rewards.mean(dim=(1, 2)))
         omega = algo.omega_matrix(capability, self.settings.omega_clamp)
         advantages = self._advantages(rewards, capability)  # [n_target, n_source, P, G]
-        # 4. source log-probs (and everything else the update needs) before any update
+        # old log-probs and per-target views (everything the updates need), before any update
         own_views = self._own_views(trajs, prompt_ids)
         own_logp, ref_logp = self._source_log_probs(trajs, own_views, timers)
         borrowed_views = self._borrowed_views(trajs, prompt_ids)
         borrowed_old = self._borrowed_old_log_probs(borrowed_views, timers)
         rows = StepRows(own_views, own_logp, ref_logp, borrowed_views, borrowed_old)
 
-        # 5. each target trains on its own rows and the rows it borrows, mini-batch by mini-batch
+        # updates (steps 4-6 in the loss): each target trains on its own rows and the rows it
+        # borrows, mini-batch by mini-batch
         results = []
         for k in range(len(self.agents)):
             metrics = self._train_target(k, step, rows, advantages, omega, timers[k])

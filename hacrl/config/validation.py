@@ -1,18 +1,12 @@
-"""Composing and validating a job's config before anything is created.
+"""Validating a composed job config before anything is created.
 
-`compose(overrides)` builds the config from the config tree (`hacrl/conf/`, which the
-repository's `experiments/` and `sweeps/` link to; it ships inside the package, so a wheel
-install has it too) with Hydra's compose API;
 `validate(cfg)` turns it into a `JobSpec` or raises one `ConfigError` whose message names the
 key, the bad value and the fix. Nothing touches the disk until validation passed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,18 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 from hacrl.algo import METHODS, LossConfig, MethodSpec
 from hacrl.algo.registry import AdvantageEstimator, get_advantage, get_borrowed
 from hacrl.checkpoint import damaged_weights
-from hacrl.errors import ConfigError as ConfigError  # re-exported: callers import it here
-from hacrl.layout import Layout
-from hacrl.settings import method_settings
-
-
-def _config_dir() -> Path:
-    from importlib.resources import files
-
-    return Path(str(files("hacrl") / "conf")).resolve()
-
-
-CONFIG_DIR = _config_dir()
+from hacrl.config.composition import default_kinds, literal_config
+from hacrl.config.identity import config_hash, zoo_seed
+from hacrl.config.settings import method_settings
+from hacrl.core.errors import ConfigError as ConfigError  # re-exported: callers import it here
+from hacrl.core.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -59,61 +46,6 @@ class JobSpec:
         return [(a,) for a in self.agents]
 
 
-def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
-    """The job config for these Hydra overrides (no output directory, no logging files)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    # inside the running Hydra app (a job validating itself) its config loader is already set up
-    running = GlobalHydra.instance().is_initialized()
-    try:
-        with nullcontext() if running else initialize_config_dir(
-                config_dir=str(CONFIG_DIR), version_base="1.3"):
-            return hydra_compose(config_name="train", overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as err:
-        # Hydra's whole message on one line (its hints included: "To append to your config
-        # use +key=value", "Did you mean ..."), less OmegaConf's full_key/object_type notes
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()
-                 and not line.strip().startswith(("full_key:", "object_type=", "reference_type="))]
-        first = "; ".join(lines) if lines else type(err).__name__
-        missing = re.search(r"Could not find '([\w/]+)/([^']+)'", first)
-        if missing and (CONFIG_DIR / missing.group(1)).is_dir():
-            group, option = missing.groups()
-            options = sorted(f.stem for f in (CONFIG_DIR / group).glob("*.yaml"))
-            raise ConfigError(f"{group}={option}: no such option; choose one of: "
-                              f"{', '.join(options)}") from None
-        raise ConfigError(f"{first} (check the override's spelling; groups and their options "
-                          f"are the folders and files of {CONFIG_DIR})") from None
-    except TypeError as err:  # Hydra itself fails on a list or mapping given to a group
-        groups = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir())
-        raise ConfigError(f"{', '.join(overrides)}: not a config Hydra can compose ({err}); a "
-                          f"config group ({', '.join(groups)}) takes one option name") from None
-
-
-_KINDS: dict[str, set[type]] | None = None
-
-
-def default_kinds() -> dict[str, set[type]]:
-    """The kinds of every leaf of the default compositions (`hacrl.config_leaves`): tiny and
-    paper scale, each engine; composed once per process (~0.4 s), or handed over by the
-    process that forked this one (`use_default_kinds`: a warm sweep cell gets its sweep's)."""
-    global _KINDS
-    if _KINDS is None:
-        from hacrl.config_leaves import default_kinds as kinds_of
-
-        _KINDS = kinds_of([compose([]), compose(["scale=paper"]), compose(["engine=verl"])])
-    return _KINDS
-
-
-def use_default_kinds(kinds: dict[str, set[type]]) -> None:
-    """Take `default_kinds` as computed by another process of the same code and configs."""
-    global _KINDS
-    _KINDS = kinds
-
-
 def _get(cfg: DictConfig, key: str) -> Any:
     try:
         value = OmegaConf.select(cfg, key, throw_on_missing=True)
@@ -121,58 +53,6 @@ def _get(cfg: DictConfig, key: str) -> Any:
         raise ConfigError(f"{key}: {err.__class__.__name__}: {str(err).splitlines()[0]}; "
                           f"set it on the command line, e.g. {key}=...") from None
     return value
-
-
-# algo keys that only matter when agents share rollouts (dropped from a single agent's identity,
-# so that e.g. the GSPO run of an agent is the same cell whichever pair asked for it)
-CROSS_AGENT_KEYS = ("alpha", "cross_clip_lower", "delta_step", "capability_window",
-                    "capability_floor", "omega_clamp", "baseline_guard")
-# engine.old_logprobs (local engine): own rows' old log-probs from the sampler's logits, or from
-# a second forward; only `sampler` enters the identity, so `recompute` keeps the hashes of the
-# runs made before the choice existed (their numbers differ at float rounding, then diverge)
-OLD_LOGPROBS = ("sampler", "recompute")
-
-
-def training_identity(cfg: DictConfig) -> dict[str, Any]:
-    """The parts of the config that decide what is trained (not where it is logged or why)."""
-    keep = ("agents", "method", "algo", "profile", "train", "rollout", "task", "seed",
-            "timing_repeat")
-    ident: dict[str, Any] = {}
-    for key in keep:
-        if key in cfg:
-            value = cfg[key]
-            ident[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-    ident["scale"] = cfg.scale.name
-    if draw := zoo_seed(cfg):  # another draw of the tiny zoo is other models; 0 keeps old ids
-        ident["zoo_seed"] = draw
-    ident["engine"] = {"name": cfg.engine.name, "dtype": cfg.engine.dtype}
-    if cfg.engine.get("old_logprobs", "recompute") != "recompute":
-        ident["engine"]["old_logprobs"] = cfg.engine.old_logprobs
-    if "data_dir" in ident.get("task", {}):
-        ident["task"].pop("data_dir")
-    method = METHODS.get(str(cfg.method.name))
-    if method is not None and not method.trains:  # evaluation only: the models are the identity
-        return {k: ident[k] for k in ("agents", "method", "seed", "scale", "zoo_seed", "task")
-                if k in ident}
-    if method is not None and not method.shares_rollouts:
-        for key in CROSS_AGENT_KEYS:
-            ident.get("algo", {}).pop(key, None)
-    return ident
-
-
-def zoo_seed(cfg: DictConfig) -> int | None:
-    """`scale.zoo_seed`: which draw of the tiny zoo the models are (`hacrl zoo build --seed`);
-    None at a scale without a zoo."""
-    value = cfg.scale.get("zoo_seed")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ConfigError(f"scale.zoo_seed={value}: must be an integer >= 0 (the --seed the zoo "
-                          "was built with), or null at a scale without a zoo")
-    return value
-
-
-def config_hash(cfg: DictConfig) -> str:
-    blob = json.dumps(training_identity(cfg), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def model_path(cfg: DictConfig, index: int, name: str, check: bool = True) -> str:
@@ -230,11 +110,11 @@ def check_zoo_draw(cfg: DictConfig, index: int, name: str, local: Path) -> None:
 
 def validate(cfg: DictConfig) -> JobSpec:
     """Check everything that can be checked before starting; return the job's spec."""
-    from hacrl.config_leaves import check_leaf_types
-    from hacrl.config_ranges import check_leaf_ranges
+    from hacrl.config.leaves import check_leaf_types
+    from hacrl.config.ranges import check_leaf_ranges
 
     check_leaf_types(cfg, default_kinds())  # every leaf's type first: the checks below rely on it
-    check_leaf_ranges(cfg)  # then every leaf's range (hacrl.config_ranges.RANGES)
+    check_leaf_ranges(cfg)  # then every leaf's range (hacrl.config.ranges.RANGES)
     method = _method(cfg)
     estimator = _method_functions(method)
     agents = _agents(cfg, method)
@@ -247,24 +127,6 @@ def validate(cfg: DictConfig) -> JobSpec:
     resolved = literal_config(OmegaConf.to_container(cfg, resolve=True))
     output_root = Layout.at(cfg.output_root).root
     return JobSpec(resolved, method, specs, loss, output_root, config_hash(cfg))
-
-
-def literal_config(tree: Any) -> DictConfig:
-    """A config of the resolved container `tree` whose texts stay as they are: a `${...}` in a
-    value (an escaped `\\${...}` on the command line, kept literal by Hydra) is escaped again,
-    or the new config would read it as an interpolation and resolve it after all."""
-    def escape(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: escape(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [escape(v) for v in value]
-        if isinstance(value, str) and "${" in value:  # backslashes before it are doubled
-            return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
-        return value
-
-    made = OmegaConf.create(escape(tree))
-    assert isinstance(made, DictConfig)
-    return made
 
 
 def _method(cfg: DictConfig) -> MethodSpec:
@@ -291,7 +153,7 @@ def _agents(cfg: DictConfig, method: MethodSpec) -> list[str]:
 def _batch_check(cfg: DictConfig, method: MethodSpec, estimator: AdvantageEstimator) -> None:
     """Step, prompt, mini-batch, rollout and token counts: integers, and mini-batches (as the
     method sizes them) dividing a step's prompts into groups its advantage is defined for."""
-    name = method.name  # the counts themselves are in range (hacrl.config_ranges)
+    name = method.name  # the counts themselves are in range (hacrl.config.ranges)
     prompts, mb = cfg.train.prompts_per_step, cfg.train.minibatch_prompts
     if mb % method.minibatch_divisor:
         raise ConfigError(f"train.minibatch_prompts={mb}: method={name} divides it by "
@@ -310,7 +172,7 @@ def _token_budget_check(cfg: DictConfig, agents: tuple[AgentSpec, ...]) -> None:
     """Every response budget the job uses fits each local agent's positions (config.json's
     max_position_embeddings): a longer one would preallocate a KV cache the model was never
     built for (and that may not fit in memory) minutes into the job."""
-    from hacrl.evaluation.protocol import Protocol
+    from hacrl.config.protocol import Protocol
 
     budgets = {"rollout.max_new_tokens": int(cfg.rollout.max_new_tokens)}
     if cfg.validation.every:
@@ -345,7 +207,7 @@ def _method_functions(method: MethodSpec) -> AdvantageEstimator:
 
 
 def _eval_check(cfg: DictConfig) -> None:
-    from hacrl.evaluation.protocol import TASK_DIR, Protocol, evaluated_benchmarks, task_name
+    from hacrl.config.protocol import TASK_DIR, Protocol, evaluated_benchmarks, task_name
 
     if not _get(cfg, "eval.at_end"):
         return
@@ -357,6 +219,6 @@ def _eval_check(cfg: DictConfig) -> None:
 
 
 def _task_check(cfg: DictConfig) -> None:
-    from hacrl.tasks import check_task
+    from hacrl.data.tasks import check_task
 
     check_task(cfg)
