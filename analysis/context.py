@@ -1,18 +1,17 @@
 """What every table and figure builder reads: the store, the sweep's cells, the scale, the pairs,
-and the sweeps' grids (the axes a table is laid out by). All of it comes from the sweep manifest's
-record (`hacrl.schema.sweep_manifest`) and the store, never from the sweep's code."""
+the methods' facts and the sweeps' grids (the axes a table is laid out by). All of it comes from
+the sweep manifest's record (`hacrl.schema.sweep_manifest`) and the store, never from the
+sweep's code, the config tree or the method registry."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from analysis.cell_values import Value, find, run_value
 from analysis.store import Store
-from hacrl.config import CONFIG_DIR
-from hacrl.schema.sweep_manifest import CellRecord
+from hacrl.schema import metric_names as M
+from hacrl.schema.sweep_manifest import CellRecord, MethodRecord, PairRecord
 
 
 @dataclass(frozen=True)
@@ -22,10 +21,10 @@ class Pair:
     setting: str
     agents: tuple[str, ...]
 
-
-def pair(key: str) -> Pair:
-    node = OmegaConf.load(CONFIG_DIR / "pair" / f"{key}.yaml")
-    return Pair(key, str(node.name), str(node.setting), tuple(str(a) for a in node.agents))
+    @classmethod
+    def of(cls, key: str, record: PairRecord) -> Pair:
+        """The pair a manifest's `pairs[key]` records."""
+        return cls(key, record.name, record.setting, tuple(record.agents))
 
 
 @dataclass
@@ -35,6 +34,9 @@ class Context:
     scale: str
     # sweep name -> its own grids, for every sweep file (the manifest's `grids`)
     grids: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # pair option -> who trains together, method -> its facts (the manifest's `pairs`, `methods`)
+    pairs: dict[str, PairRecord] = field(default_factory=dict)
+    methods: dict[str, MethodRecord] = field(default_factory=dict)
     # the runs' per-problem outcomes, read once per report (`analysis.evidence.evidence_of`)
     evidence: Any = field(default=None, repr=False)
 
@@ -54,7 +56,7 @@ class Context:
 
     def benchmark_metric(self, protocol: str, benchmark: str, name: str = "acc") -> str:
         """eval/<protocol>/<benchmark as logged at this scale>/<name>."""
-        return f"eval/{protocol}/{self.logged_benchmark(benchmark)}/{name}"
+        return M.eval_metric(protocol, self.logged_benchmark(benchmark), name)
 
     def grid(self, sweep: str) -> dict[str, Any]:
         """The sweep's axes, its grids merged: each key's values in the order they first
@@ -68,8 +70,28 @@ class Context:
         return merged
 
     def pairs_of(self, sweep: str) -> list[Pair]:
+        """The pairs sweep `sweep`'s grids name, as the manifest recorded them."""
         keys = self.grid(sweep).get("pair", [])
-        return [pair(str(k)) for k in (keys if isinstance(keys, list) else [keys])]
+        out = []
+        for key in (str(k) for k in (keys if isinstance(keys, list) else [keys])):
+            record = self.pairs.get(key)
+            if record is None:
+                raise ValueError(f"pair {key} (sweeps/{sweep}.yaml) is not in the sweep's "
+                                 "manifest; run `hacrl report` or the sweep again to record it")
+            out.append(Pair.of(key, record))
+        return out
+
+    def shares_rollouts(self, method: str) -> bool:
+        """Whether one job of `method` trains a whole team (the manifest's `methods`)."""
+        record = self.methods.get(method)
+        if record is None:
+            raise ValueError(f"method {method} is not in the sweep's manifest; run `hacrl "
+                             "report` or the sweep again to record it")
+        return record.shares_rollouts
+
+    def team(self, method: str, p: Pair, agent: str) -> list[str]:
+        """Who trained with `agent` of pair `p` under `method`: the pair, or the agent alone."""
+        return list(p.agents) if self.shares_rollouts(method) else [agent]
 
     def protocol_of(self, sweep: str) -> str:
         return str((self.grid(sweep).get("protocol") or ["main"])[0])
@@ -78,10 +100,7 @@ class Context:
               **params: Any) -> Value:
         """`metric` of `agent` under `method` in pair `p` (single-agent methods: the agent's own
         cell, which every pair it is in shares), over all matching cells (e.g. seeds)."""
-        from hacrl.algo.methods import METHODS
-
-        team = list(p.agents) if METHODS[method].shares_rollouts else [agent]
-        cells = find(self.cells, method, team, sweep, **params)
+        cells = find(self.cells, method, self.team(method, p, agent), sweep, **params)
         if not cells:
             return Value(reason="not in this sweep")
         return Value.combine([run_value(self.store, c, agent, metric) for c in cells])

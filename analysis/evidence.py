@@ -20,6 +20,7 @@ from analysis.cell_values import find, run_value
 from analysis.context import Context, Pair
 from analysis.outcomes import OutcomesError, aligned_problem_means, read_outcomes
 from analysis.stats import AVG, Difference, Estimate, cell_estimates, components, paired_difference
+from hacrl.schema import metric_names as M
 
 
 @dataclass
@@ -69,10 +70,8 @@ class Evidence:
 
     def _load(self, method: str, p: Pair, agent: str, sweep: str | None, protocol: str,
               **params: Any) -> CellSamples:
-        from hacrl.algo.methods import METHODS
-
-        team = list(p.agents) if METHODS[method].shares_rollouts else [agent]
-        metric = f"eval/{protocol}/avg/acc"
+        team = self.ctx.team(method, p, agent)
+        metric = M.eval_avg(protocol)
         runs: dict[int, str] = {}
         for cell in find(self.ctx.cells, method, team, sweep, **params):
             value = run_value(self.ctx.store, cell, agent, metric)

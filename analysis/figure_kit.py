@@ -30,6 +30,7 @@ from analysis.cell_values import curve_run, find  # noqa: E402
 from analysis.context import Context, Pair  # noqa: E402
 from analysis.evidence import evidence_of  # noqa: E402
 from analysis.stats import AVG  # noqa: E402
+from hacrl.schema import metric_names as M  # noqa: E402
 
 COLORS = {"hacpo": "#d62728", "gspo": "#1f77b4", "gspo_x2": "#2ca02c", "naive": "#9467bd",
           "grpo": "#8c564b", "hacpo_no_stepwise": "#ff7f0e", "hacpo_no_clip": "#7f7f7f"}
@@ -38,19 +39,12 @@ INTERVAL = "bars: 95% interval over problems × seeds"
 NO_SAMPLES = "no samples"
 
 
-def team(method: str, p: Pair, agent: str) -> list[str]:
-    """The agents a cell of `method` trains: the pair (shared rollouts) or the agent alone."""
-    from hacrl.algo.methods import METHODS
-
-    return list(p.agents) if METHODS[method].shares_rollouts else [agent]
-
-
 def seed_curves(ctx: Context, method: str, p: Pair, agent: str, key: str, sweep: str | None,
                 **params: Any) -> dict[int, list[tuple[int, float]]]:
     """seed -> the curve `key` of `agent`'s run in each of the cell's seeds (seeds whose run has
     not logged it are left out)."""
     out = {}
-    for cell in find(ctx.cells, method, team(method, p, agent), sweep, **params):
+    for cell in find(ctx.cells, method, ctx.team(method, p, agent), sweep, **params):
         run_id = curve_run(ctx.store, cell, agent)
         points = ctx.store.history(run_id, key) if run_id is not None else []
         if points:
@@ -114,7 +108,7 @@ def score(ctx: Context, method: str, p: Pair, agent: str, sweep: str, protocol: 
     found = (evidence.estimates(samples) or {}).get(name)
     if found is not None and math.isfinite(found.lo) and math.isfinite(found.hi):
         return Score(found.estimate, found.lo, found.hi, found.n_seeds)
-    metric = f"eval/{protocol}/{'avg' if benchmark is None else name}/acc"
+    metric = M.eval_avg(protocol) if benchmark is None else M.eval_metric(protocol, name)
     logged = ctx.value(method, p, agent, metric, sweep, **params)
     why = NO_SAMPLES if logged.values else (logged.reason or "not run")
     return Score(logged.mean, n_seeds=logged.n, why=why)

@@ -28,10 +28,11 @@ from analysis.figure_kit import (
 )
 from analysis.reference import METHOD_LABELS, paper
 from analysis.table_registry import register_figure
+from hacrl.schema import metric_names as M
 
 
 def _val_key(ctx: Context) -> str:
-    return "val/math500/acc" if ctx.scale == "paper" else "val/tiny_math500/acc"
+    return M.validation(ctx.logged_benchmark("math500"))
 
 
 def _method_curves(ctx: Context, title: str, cells: list[tuple[Pair, str]],

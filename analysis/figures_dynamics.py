@@ -19,6 +19,7 @@ from analysis.figure_kit import (
 )
 from analysis.reference import METHOD_LABELS
 from analysis.table_registry import register_figure
+from hacrl.schema import metric_names as M
 
 
 @register_figure("hacpo_dynamics")
@@ -31,12 +32,12 @@ def hacpo_dynamics(ctx: Context) -> Figure | None:
     drawn = 0
     for i, agent in enumerate(p.agents):
         other = [a for a in p.agents if a != agent]
-        keys = ["capability/P", f"omega/{other[0]}", "ratio/s_hete_mean"]
+        keys = [M.CAPABILITY, M.omega(other[0]), M.ratio(M.S_HETE, "mean")]
         for ax, key in zip(axes, keys, strict=True):
             drawn += draw_seeds(ax, seed_curves(ctx, "hacpo", p, agent, key, "table1"), agent,
                                 f"C{i}")
         for bound in ("min", "max"):
-            draw_seeds(axes[2], seed_curves(ctx, "hacpo", p, agent, f"ratio/s_hete_{bound}",
+            draw_seeds(axes[2], seed_curves(ctx, "hacpo", p, agent, M.ratio(M.S_HETE, bound),
                                             "table1"), None, f"C{i}", band=False,
                        ls=":", lw=0.9)
     for ax in axes:
@@ -53,7 +54,7 @@ def hacpo_dynamics(ctx: Context) -> Figure | None:
 def training_curves(ctx: Context) -> Figure | None:
     """Reward and response length over steps: HACPO vs GSPO vs GSPOx2 on the size pair."""
     (p, *_) = ctx.pairs_of("table2") or ctx.pairs_of("table1")
-    keys = {"reward/mean": "mean reward", "response/length_mean": "response length (tokens)"}
+    keys = {M.REWARD_MEAN: "mean reward", M.RESPONSE_LENGTH_MEAN: "response length (tokens)"}
     cells = [(a, key) for key in keys for a in p.agents]
     fig, axes = panels(len(cells), f"Reward and response length — {ctx.scale} scale\n"
                                    f"{SEED_BAND}")
@@ -68,5 +69,5 @@ def training_curves(ctx: Context) -> Figure | None:
         legend(ax, fontsize=7)
     for key, label in keys.items():
         from_zero([ax for ax, (_, k) in zip(axes, cells, strict=True) if k == key], label,
-                  ceiling=1.0 if key == "reward/mean" else None)
+                  ceiling=1.0 if key == M.REWARD_MEAN else None)
     return finish(fig, drawn)

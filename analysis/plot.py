@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis.context import Pair  # noqa: E402
 from analysis.store import Store  # noqa: E402
 from hacrl.schema import tags as T  # noqa: E402
 
@@ -44,15 +45,9 @@ def _matches(series: pd.Series, value: str) -> pd.Series:
 STYLES = ["-", "--", ":", "-."]
 
 
-def pair_runs(runs: pd.DataFrame, name: str) -> pd.DataFrame:
-    """The runs of pair `name` (experiments/pair/NAME.yaml): its shared-rollout runs and its
-    agents' single-agent runs (their pair tag is the agent alone)."""
-    from analysis.context import pair
-
-    try:
-        p = pair(name)
-    except FileNotFoundError:
-        raise ValueError(f"--pair {name}: no experiments/pair/{name}.yaml") from None
+def pair_runs(runs: pd.DataFrame, p: Pair) -> pd.DataFrame:
+    """The runs of pair `p`: its shared-rollout runs and its agents' single-agent runs (their
+    pair tag is the agent alone)."""
     if not {"pair", "setting", "model"} <= set(runs.columns):
         return runs.iloc[0:0]
     shared = runs["pair"].astype(str) == p.name
@@ -62,7 +57,7 @@ def pair_runs(runs: pd.DataFrame, name: str) -> pd.DataFrame:
 
 def plot_metric(store: Store, metric: str, by: str, where: list[str], out: Path,
                 kind: str = "agent", title: str | None = None,
-                pair: str | None = None) -> tuple[list[Path], int]:
+                pair: Pair | None = None) -> tuple[list[Path], int]:
     """Draw `metric` vs step for every matching run; returns the files written and the number
     of runs drawn. Raises ValueError naming what to change when nothing matches. With `pair`,
     the pair's view: a line style per agent (`model`) on top of the colour per `by`."""
@@ -72,7 +67,8 @@ def plot_metric(store: Store, metric: str, by: str, where: list[str], out: Path,
     if pair is not None:
         runs = pair_runs(runs, pair)
         if runs.empty:
-            raise ValueError(f"--pair {pair}: no {kind} run of this pair or of its agents alone")
+            raise ValueError(f"--pair {pair.key}: no {kind} run of this pair or of its agents "
+                             "alone")
     for condition in where:
         key, sep, value = condition.partition("=")
         if not sep:

@@ -94,7 +94,11 @@ def make_report(manifest: SweepManifest, cfg: DictConfig | None = None, log: boo
     if where is None:
         assert cfg is not None, "make_report: give the composed config or a destination"
         where = destination(manifest.sweep, cfg)
-    ctx = Context(where.store, manifest.cells, where.scale, manifest.grids or {})
+    if manifest.pairs is None or manifest.methods is None:
+        raise ValueError(f"the manifest of sweep {manifest.sweep} records no pairs and methods "
+                         f"(written by an older hacrl); `hacrl report {manifest.sweep}` records them")
+    ctx = Context(where.store, manifest.cells, where.scale, manifest.grids or {},
+                  pairs=manifest.pairs, methods=manifest.methods)
     return build(ctx, manifest.sweep, where.folder, manifest.tables or [],
                  manifest.figures or [], log=log)
 

@@ -8,7 +8,7 @@ from analysis.context import Context, Pair
 from analysis.reference import METHOD_LABELS, paper
 from analysis.table import Entry, Table
 from analysis.table_registry import register_table
-from hacrl.algo.methods import METHODS
+from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
 
 HYPER = (("alpha", "algo.alpha", "α"), ("cross_clip_lower", "algo.cross_clip_lower", "lower bound"),
@@ -60,9 +60,9 @@ def ratio_stats_table(ctx: Context) -> Table:
         cells = find(ctx.cells, "hacpo", list(p.agents), "table1") or \
             find(ctx.cells, "hacpo", list(p.agents))
         for agent in p.agents:
-            for ratio in ("s_homo", "s_hete"):
+            for ratio in M.RATIOS:
                 run_id = curve_run(ctx.store, cells[0], agent) if cells else None
-                series = [v for _, v in ctx.store.history(run_id, f"ratio/{ratio}_mean")] \
+                series = [v for _, v in ctx.store.history(run_id, M.ratio(ratio, "mean"))] \
                     if run_id else []
                 published = ref[(ref["pair"] == p.name) & (ref["model"] == agent)
                                 & (ref["ratio"] == ratio)]
@@ -102,11 +102,11 @@ def runtime_table(ctx: Context) -> Table:
     for method in methods:
         published = ref[(ref["pair"] == p.name) & (ref["method"] == method)]
         pub = {str(r.model): float(r.wall_minutes) for r in published.itertuples()}
-        if METHODS[method].shares_rollouts:  # one job trains the whole team
+        if ctx.shares_rollouts(method):  # one job trains the whole team
             per_agent = [Entry(None, None, compare=False) for _ in p.agents]
-            summed = _timing(ctx, method, list(p.agents), "time/wall_s")
+            summed = _timing(ctx, method, list(p.agents), M.WALL)
         else:
-            parts = [_timing(ctx, method, [a], "time/wall_s") for a in p.agents]
+            parts = [_timing(ctx, method, [a], M.WALL) for a in p.agents]
             per_agent = [Entry(Value.combine(list(d.values())) if d else Value(reason="not run"),
                                pub.get(a), digits=1, compare=False)
                          for a, d in zip(p.agents, parts, strict=True)]
@@ -136,14 +136,14 @@ def memory_table(ctx: Context) -> Table:
     ref = paper("memory")
     p: Pair = ctx.pairs_of("cost")[0]
     gpu = ctx.scale == "paper"
-    metric = "memory/device_used_frac" if gpu else "memory/peak_rss_gb"
+    metric = M.DEVICE_USED_FRAC if gpu else M.PEAK_RSS
     unit = "% of GPU memory" if gpu else "GB peak RSS (CPU)"
     table = Table("table8", f"Table 8: peak memory — {ctx.scale_note}; ours in {unit}, paper in "
                   "% of GPU memory", [*p.agents, "overall"])
     for method in [str(m) for m in ctx.grid("cost").get("method", [])]:
         published = ref[(ref["pair"] == p.name) & (ref["method"] == method)]
         pub = {str(r.model): float(r.peak_gpu_memory_percent) for r in published.itertuples()}
-        shared = METHODS[method].shares_rollouts
+        shared = ctx.shares_rollouts(method)
         teams = [list(p.agents)] if shared else [[a] for a in p.agents]
         entries = []
         for team in teams:

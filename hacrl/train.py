@@ -1,13 +1,16 @@
-"""`python -m hacrl.train [overrides]`: the Hydra app behind `hacrl train` (multirun-capable)."""
+"""`python -m hacrl.train [overrides]`: the Hydra app behind `hacrl train` (multirun-capable),
+and `run_spec`, which runs one validated job: the app's jobs and `hacrl train`'s plain runs
+(composed and validated once, in `hacrl.cli.train_command`, without the app) both end here."""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
-from hacrl.config import CONFIG_DIR, ConfigError, validate
+from hacrl.config import CONFIG_DIR, ConfigError, JobSpec, validate
 from hacrl.core.errors import HacrlError, print_error
 
 
@@ -15,9 +18,6 @@ from hacrl.core.errors import HacrlError, print_error
 def main(cfg: DictConfig) -> object:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
-
-    from hacrl.job import run_job
-    from hacrl.job.lock import Terminated
 
     if (cfg.get("cell") or {}).get("id"):  # a cell launched by a sweep (hacrl/sweep)
         from pathlib import Path
@@ -31,6 +31,21 @@ def main(cfg: DictConfig) -> object:
     except ConfigError as err:
         print_error(err, "hacrl: config error: ")
         sys.exit(2)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    code, summary = run_spec(spec, multirun)
+    if code:
+        sys.exit(code)
+    return summary
+
+
+def run_spec(spec: JobSpec, multirun: bool = False) -> tuple[int, dict[str, Any] | None]:
+    """Run the validated job `spec`: (exit status, its summary). A fault the user can act on is
+    one line (status: its exit code), a stop (SIGTERM, Ctrl-C) one line (128 + the signal);
+    `multirun` re-raises both after the line, so Hydra records the job as failed and runs the
+    others."""
+    from hacrl.job import run_job
+    from hacrl.job.lock import Terminated
+
     try:
         from hacrl.core.errors import check_writable
         from hacrl.tracking.mlflow_store import check_store, resolve_uri
@@ -41,9 +56,9 @@ def main(cfg: DictConfig) -> object:
         summary = run_job(spec)
     except HacrlError as err:  # one line for a fault the user can act on
         print_error(err, "\rhacrl: ")  # \r: a line of its own after an open progress bar
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            raise  # Hydra records this job as failed and runs the others
-        sys.exit(err.exit_code)
+        if multirun:
+            raise
+        return err.exit_code, None
     except (Terminated, KeyboardInterrupt) as err:  # stopped, at any phase: not a fault
         import signal
 
@@ -51,11 +66,11 @@ def main(cfg: DictConfig) -> object:
             ("Ctrl-C", 128 + signal.SIGINT)
         print(f"\rhacrl: job stopped ({how}); its MLflow runs are KILLED, and the same command "
               "resumes it from its last checkpoint", file=sys.stderr, flush=True)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
+        if multirun:
             raise
-        sys.exit(code)
+        return code, None
     _print_summary(summary)
-    return summary
+    return 0, summary
 
 
 def _print_summary(summary: dict) -> None:

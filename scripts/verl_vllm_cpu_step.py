@@ -156,7 +156,7 @@ def main() -> int:
     n = 4
     # what hacrl.job.engine_context gives GRPO with these overrides: G = 4, 4 prompts per update
     context = EngineContext(cfg=cfg, agent_name=AGENT, agent_index=0, n_agents=1, loss=spec.loss,
-                            group_size=n, minibatch_prompts=4, run_dir=WORK / "run",
+                            optimizer=spec.optimizer, group_size=n, minibatch_prompts=4, run_dir=WORK / "run",
                             updates_per_step=1)
 
     import ray
@@ -265,10 +265,9 @@ def main() -> int:
 
         # -- one TeamLoop step on this engine (prompts from the task, verifier rewards) -------
         from hacrl.data.tasks import grader, load_problems
-        from hacrl.job import loop_settings
         from hacrl.training.loop import Agent, PromptSchedule, TeamLoop
 
-        loop = TeamLoop([Agent(AGENT, engine)], spec.method, loop_settings(spec),
+        loop = TeamLoop([Agent(AGENT, engine)], spec.method, spec.settings,
                         PromptSchedule(load_problems(cfg, cfg.task.train_split),
                                        int(cfg.train.prompts_per_step), int(cfg.seed)), grader(cfg))
         with timed("teamloop_step"):

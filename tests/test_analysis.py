@@ -3,23 +3,38 @@ reasons, mean ± std, claims, figures, the report folder and its MLflow run, `ha
 
 from __future__ import annotations
 
+import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from analysis.context import Context, pair
+from analysis.context import Context, Pair
 from analysis.reference import BENCHMARKS
 from analysis.report import build
 from analysis.store import open_store
 from analysis.tables_accuracy import benchmark_table, seeds_table
 from analysis.tables_cost import runtime_table
+from hacrl.config import ConfigError, compose
 from hacrl.schema.sweep_manifest import CellRecord as Cell
-from hacrl.sweep.grid import all_grids
+from hacrl.schema.sweep_manifest import MethodRecord
+from hacrl.sweep.grid import all_grids, method_records, pair_record, pair_records
 from hacrl.tracking import Tracker
 
-SIZE = pair("size")           # qwen3-1.7b-base + qwen3-4b-base
-LARGE = pair("size_large")    # qwen3-4b-base + qwen3-8b-base
+_RECORDED: dict[str, dict] = {}
+
+
+def recorded(grids: dict) -> dict:
+    """The manifest's `pairs` and `methods` for `grids`, as a sweep records them."""
+    key = json.dumps(grids, sort_keys=True)
+    if key not in _RECORDED:
+        _RECORDED[key] = {"pairs": pair_records(grids, compose), "methods": method_records()}
+    return _RECORDED[key]
+
+
+SIZE = Pair.of("size", pair_record("size", compose))           # qwen3-1.7b-base + qwen3-4b-base
+LARGE = Pair.of("size_large", pair_record("size_large", compose))    # qwen3-4b-base + qwen3-8b-base
 SMALL, BIG = SIZE.agents
 # distinct per benchmark, so a value in the wrong column shows
 OFFSETS = dict(zip(BENCHMARKS, (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06), strict=True))
@@ -118,7 +133,7 @@ def world(tmp_path: Path) -> tuple[Context, dict[str, str]]:
     for cid, wall in (("t_hacpo", 30.0), (f"t_gspo_x2_{SMALL}", 20.0),
                       (f"t_gspo_x2_{BIG}", 25.0), (f"t_gspo_{SMALL}", 10.0)):
         store.run("job", cid, cid, None, {"time/wall_s": wall})
-    return Context(open_store(store.uri), cells, "tiny", all_grids()), ids
+    return Context(open_store(store.uri), cells, "tiny", all_grids(), **recorded(all_grids())), ids
 
 
 def _row(table, section: str, row: str) -> dict:
@@ -126,6 +141,24 @@ def _row(table, section: str, row: str) -> dict:
         if (s, r) == (section, row):
             return dict(zip(table.columns, entries, strict=True))
     raise AssertionError(f"no row {section} / {row}: {[(s, r) for s, r, _ in table.rows]}")
+
+
+def test_who_trained_together_comes_from_the_manifest(world) -> None:
+    """The tables' pairs and teams are the manifest's record (`pairs`, `methods`), not the
+    config tree's or the method registry's: a record that differs from both is what is used,
+    and a pair the record lacks is one error naming it."""
+    ctx, _ = world
+    size = ctx.pairs["size"]
+    renamed = replace(ctx, pairs={**ctx.pairs, "size": replace(size, name="as-recorded")})
+    recorded_size = {p.key: p for p in renamed.pairs_of("table1")}["size"]
+    assert (recorded_size.name, recorded_size.agents) == ("as-recorded", SIZE.agents)
+    assert ctx.team("gspo", SIZE, SMALL) == [SMALL]
+    shared = replace(ctx, methods={**ctx.methods, "gspo": MethodRecord(shares_rollouts=True)})
+    assert shared.team("gspo", SIZE, SMALL) == list(SIZE.agents)
+    with pytest.raises(ValueError, match=r"pair state \(sweeps/table1.yaml\) is not in the sweep.s manifest"):
+        replace(ctx, pairs={}).pairs_of("table1")
+    with pytest.raises(ValueError, match="method gspo is not in the sweep's manifest"):
+        replace(ctx, methods={}).team("gspo", SIZE, SMALL)
 
 
 def test_table1_cells_deltas_and_missing_reasons(world):
@@ -156,7 +189,7 @@ def test_table1_cells_deltas_and_missing_reasons(world):
     base = _row(table, SIZE.name, f"{SMALL} · Base")["AMC23"]
     assert base.ours.mean == pytest.approx(0.14) and base.paper is not None
     # a pair with no cell at all is still listed, every cell saying why
-    state = pair("state")
+    state = Pair.of("state", pair_record("state", compose))
     assert _row(table, state.name, f"{state.agents[0]} · HACPO")["AVG"].ours.mean is None
     frame = table.to_frame()
     assert set(frame[frame["missing"] != ""]["missing"]) >= {"failed", "running", "killed"}
@@ -288,10 +321,10 @@ def test_a_pairs_view_keeps_its_agents_single_agent_baselines(tmp_path):
         tracker.finish(run)
         made[(method, model, setting)] = run
     store = open_store(uri)
-    picked = pair_runs(store.runs[store.runs["hacrl.kind"] == "agent"], "size")
+    picked = pair_runs(store.runs[store.runs["hacrl.kind"] == "agent"], SIZE)
     assert set(picked["run_id"]) == {made[("hacpo", small, "size")], made[("hacpo", big, "size")],
                                      made[("gspo", small, "single")], made[("gspo", big, "single")]}
-    files, drawn = plot_metric(store, "reward/mean", "method", [], tmp_path / "pair", pair="size")
+    files, drawn = plot_metric(store, "reward/mean", "method", [], tmp_path / "pair", pair=SIZE)
     assert drawn == 4 and all(f.stat().st_size > 0 for f in files)
-    with pytest.raises(ValueError, match="no experiments/pair/nope.yaml"):
-        plot_metric(store, "reward/mean", "method", [], tmp_path / "x", pair="nope")
+    with pytest.raises(ConfigError, match="pair=nope: no such option"):  # `hacrl plot --pair nope`
+        pair_record("nope", compose)

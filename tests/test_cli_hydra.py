@@ -121,3 +121,39 @@ def test_hacrl_help_imports_no_torch() -> None:
     assert out.returncode == 0
     imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
     assert "torch" not in imported and "transformers" not in imported
+
+
+def test_a_plain_train_composes_and_validates_its_job_once(job_env, tmp_path, monkeypatch):
+    """`hacrl train OVERRIDES` composes and validates once in its process and hands that spec
+    to the job (the Hydra app, which would compose and validate again, is not run); a dry run
+    too. The job itself is recorded, not run: what it is handed is the point here."""
+    import hacrl.cli.hydra_app
+    import hacrl.config
+    import hacrl.job
+    import hacrl.train
+    from hacrl.cli.main import main
+
+    calls: dict[str, list] = {"compose": [], "validate": [], "app": [], "job": []}
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            calls[name].append(args)
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(hacrl.config, "compose", counted("compose", hacrl.config.compose))
+    validate = counted("validate", hacrl.config.validate)
+    monkeypatch.setattr(hacrl.config, "validate", validate)
+    monkeypatch.setattr(hacrl.train, "validate", validate)
+    monkeypatch.setattr(hacrl.cli.hydra_app, "run_app", counted("app", lambda args: 0))
+    monkeypatch.setattr(hacrl.job, "run_job",
+                        lambda spec: calls["job"].append(spec) or {"skipped": True})
+    overrides = ["method=gspo", "agents=[qwen3-4b-base]", f"output_root={tmp_path / 'out'}"]
+    assert main(["train", *overrides]) == 0
+    assert [len(calls[k]) for k in ("compose", "validate", "app", "job")] == [1, 1, 0, 1]
+    spec = calls["job"][0]
+    assert spec.method.name == "gspo" and spec.settings.loss is spec.loss
+    for key in calls:
+        calls[key].clear()
+    assert main(["train", "--dry-run", *overrides]) == 0
+    assert [len(calls[k]) for k in ("compose", "validate", "app", "job")] == [1, 1, 0, 0]

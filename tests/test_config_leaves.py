@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from hacrl.cli.train_command import _validate
+from hacrl.cli.train_command import _dry_run, _validate
 from hacrl.config import compose, default_kinds
 from hacrl.config.leaves import leaves
 
@@ -40,7 +40,8 @@ def test_every_leaf_key_refuses_a_value_of_the_wrong_type(tmp_path, monkeypatch,
     accepted = []
     for key, want in LEAVES:
         override = f"{key}={wrong(want)}"
-        status = _validate([override], dry=True, dry_dir=None)
+        spec = _validate([override])
+        status = 2 if spec is None else _dry_run(spec, None)
         captured = capsys.readouterr()
         lines = captured.err.splitlines()
         if status != 2 or len(lines) != 1 or captured.out:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from hacrl.algo.rollout import SamplingParams
+from hacrl.config.settings import OptimizerSettings
 from hacrl.engines.attention import DECODE_ATTENTION, use_decode_attention
 from hacrl.engines.sampling import hf_sample
 
@@ -83,7 +84,7 @@ def test_engine_uses_it_on_cpu_and_saves_plain_config(micro_zoo: Path, tmp_path:
                                                       one_thread: None) -> None:
     from hacrl.engines.local import LocalEngine
 
-    engine = LocalEngine(str(micro_zoo / "qwen3-4b-base"), lr=1e-4, device="cpu")
+    engine = LocalEngine(str(micro_zoo / "qwen3-4b-base"), optimizer=OptimizerSettings(lr=1e-4), device="cpu")
     assert engine.model.config._attn_implementation == DECODE_ATTENTION
     engine.save(tmp_path / "ckpt")
     saved = json.loads((tmp_path / "ckpt" / "model" / "config.json").read_text())

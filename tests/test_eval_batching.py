@@ -17,6 +17,7 @@ import pytest
 
 from hacrl.config import compose
 from hacrl.config.protocol import Protocol
+from hacrl.config.settings import OptimizerSettings
 from hacrl.evaluation import lmeval as lmeval_module
 from hacrl.evaluation.lmeval import SUITE, Backend, EvalOutcome, run_lm_eval
 from hacrl.evaluation.runner import data_files
@@ -105,7 +106,7 @@ def test_validation_renders_each_agents_prompts_once(
 
     cfg = compose([])
     problems = load_problems(cfg, "tiny_math500")[:12]
-    agents = [Agent(n, LocalEngine(str(job_env / n), lr=1e-3, device="cpu"))
+    agents = [Agent(n, LocalEngine(str(job_env / n), optimizer=OptimizerSettings(lr=1e-3), device="cpu"))
               for n in ("qwen3-4b-base", "llama3.2-1b-instruct")]
     rendered: list[str] = []
     real = listeners.render_prompts

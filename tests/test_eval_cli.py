@@ -38,7 +38,8 @@ def _runs(client: MlflowClient, query: str = "") -> list:
 
 def test_eval_base_model_logs_scores_protocol_and_samples(job_env, new_output_root, capsys):
     root = new_output_root()
-    args = ["eval", "--model", "qwen3-4b-base", f"output_root={root}", BENCH, LIMIT]
+    # --limit 30: as the override LIMIT, set on the composed config (no second composition)
+    args = ["eval", "--model", "qwen3-4b-base", "--limit", "30", f"output_root={root}", BENCH]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "protocol main" in out and "tiny_aime2025" in out

@@ -5,6 +5,7 @@ are), the figures built from it, and their matplotlib objects checked against th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +17,31 @@ from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.container import ErrorbarContainer
 
-from analysis.context import Context, pair
+from analysis.context import Context, Pair
 from analysis.figure_kit import nice_top
 from analysis.figures import alpha_plot, figure2, schedule_heatmaps
 from analysis.figures_dynamics import hacpo_dynamics, training_curves
 from analysis.stats import AVG, cell_estimates
 from analysis.store import open_store
+from hacrl.config import compose
 from hacrl.evaluation.outcome_table import SCHEMA, write_outcomes
 from hacrl.schema import eval_artifacts as A
 from hacrl.schema.sweep_manifest import CellRecord
+from hacrl.sweep.grid import method_records, pair_record, pair_records
 from hacrl.tracking import Tracker
 
-SIZE = pair("size")
+_RECORDED: dict[str, dict] = {}
+
+
+def recorded(grids: dict) -> dict:
+    """The manifest's `pairs` and `methods` for `grids`, as a sweep records them."""
+    key = json.dumps(grids, sort_keys=True)
+    if key not in _RECORDED:
+        _RECORDED[key] = {"pairs": pair_records(grids, compose), "methods": method_records()}
+    return _RECORDED[key]
+
+
+SIZE = Pair.of("size", pair_record("size", compose))
 SMALL, BIG = SIZE.agents
 SEEDS = (0, 1, 42)
 BENCHMARKS = ("tiny_math500", "tiny_gsm8k")
@@ -128,7 +142,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Context, World]:
         w.cells.append(c)
         for agent in SIZE.agents:
             w.run(c, agent, 0.5, "ablation", outcomes=outcomes)
-    ctx = Context(open_store(w.tracker.uri), w.cells, "tiny", GRIDS)
+    ctx = Context(open_store(w.tracker.uri), w.cells, "tiny", GRIDS, **recorded(GRIDS))
     return ctx, w
 
 

@@ -11,6 +11,7 @@ import torch
 from hacrl.algo import LossBatch, LossConfig
 from hacrl.algo.rollout import TokenView
 from hacrl.config import ConfigError, compose, validate
+from hacrl.config.settings import OptimizerSettings
 from hacrl.engines.base import MiniBatchLoss
 from hacrl.engines.local import (
     CPU_FORWARD_ROWS,
@@ -39,7 +40,7 @@ def _rows(n: int, seed: int = 0) -> tuple[list[TokenView], LossBatch]:
 
 def _engine(path: Path, forward_rows: int) -> LocalEngine:
     torch.manual_seed(0)
-    return LocalEngine(str(path), lr=1e-3, device="cpu", forward_rows=forward_rows)
+    return LocalEngine(str(path), optimizer=OptimizerSettings(lr=1e-3), device="cpu", forward_rows=forward_rows)
 
 
 def test_log_probs_are_the_same_in_small_row_batches(micro_zoo: Path) -> None:

@@ -25,7 +25,7 @@ from hacrl.algo.rollout import (
     eos_id,
     render_prompt_ids,
 )
-from hacrl.config.settings import LoopSettings
+from hacrl.config.settings import LoopSettings, OptimizerSettings
 from hacrl.data.arith import load_split
 from hacrl.data.problem import Problem
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss
@@ -101,7 +101,8 @@ def make_loop(zoo: Path, names: list[str], method: str, grade, *, prompts: int =
               old_logprobs: str = "sampler", engine: type[Recorder] = Recorder, **settings):
     spec = METHODS[method]
     log: list[tuple] = []
-    engines = [engine(n, LocalEngine(str(zoo / n), lr=1e-3, device="cpu", reference=kl > 0,
+    engines = [engine(n, LocalEngine(str(zoo / n), optimizer=OptimizerSettings(lr=1e-3),
+                                     device="cpu", reference=kl > 0,
                                      old_logprobs=old_logprobs), log)
                for n in names]
     loss = LossConfig(ratio=spec.ratio, loss_agg=spec.loss_agg, clip_low=spec.clip_low,

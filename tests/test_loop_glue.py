@@ -1,7 +1,7 @@
 """The glue between a method's definition and the loss it trains with.
 
 A method is a registry entry (`hacrl.algo.methods`); a job turns it and the config into the
-loop's and the loss's settings (`hacrl.config.settings.method_settings`, `hacrl.job.agents.loop_settings`);
+loop's and the loss's settings once (`hacrl.config.settings.method_settings`, into `JobSpec.settings`);
 the loop turns a step's rewards into capabilities, omegas, advantages and per-row loss inputs
 (`hacrl.training.loop.TeamLoop._target_rows`). These tests pin each link against the paper's definition
 of every method (PAPER.md, "Baselines and ablations"), hard-coded here per method name, so that
@@ -30,10 +30,10 @@ import hacrl.engines.base
 from hacrl.algo import METHODS, LossConfig
 from hacrl.algo.rollout import eos_id
 from hacrl.config import compose, validate
+from hacrl.config.settings import OptimizerSettings
 from hacrl.data.arith import load_split
 from hacrl.engines.base import Engine
 from hacrl.engines.local import LocalEngine
-from hacrl.job.agents import loop_settings
 from hacrl.training.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -116,7 +116,7 @@ def test_method_switches_reach_the_loss_config(micro_zoo, method):
     assert len(spec.agents) == (3 if paper.team else 1)
     # the loss every engine trains with (JobSpec.loss, the engines' EngineContext.loss) and the
     # loop's copy of it are one config, and it carries each switch of the method
-    settings = loop_settings(spec)
+    settings = spec.settings
     assert settings.loss == spec.loss
     expected = LossConfig(ratio=paper.ratio, loss_agg=paper.agg, clip_low=paper.clip[0],
                           clip_high=paper.clip[1], alpha=ALPHA, delta=spec.loss.delta,
@@ -147,7 +147,7 @@ def test_config_values_reach_the_loop_and_the_loss(micro_zoo):
     assert (loss.clip_low, loss.clip_high) == pytest.approx((0.1, 0.3))
     # the borrowed rows' lower bound: 1 - delta = cross_clip_lower at m = 0, rising by delta_step
     assert (loss.delta, loss.delta_step) == pytest.approx((0.3, 0.05))
-    settings = loop_settings(spec)
+    settings = spec.settings
     assert settings.loss == loss
     assert settings.seed == 7  # seeds the rows' order within a step (sample_order=mixed)
     assert settings.prompt_template == "Q: {question}"
@@ -157,6 +157,29 @@ def test_config_values_reach_the_loop_and_the_loss(micro_zoo):
     assert settings.sampling.max_new_tokens == MAX_NEW
     assert settings.sampling.temperature == pytest.approx(0.7)
     assert settings.sampling.top_p == pytest.approx(0.9)
+
+
+def test_both_engines_get_the_jobs_one_optimizer_settings(micro_zoo):
+    """The optimizer settings are built once (`JobSpec.optimizer`) from values set off every
+    default, and both engines read that object: the local engine's AdamW and clip, and verl's
+    `actor.optim` section (built from the agent's `EngineContext`, as the verl engine and the
+    dry run build it) carry the same numbers."""
+    from hacrl.engines.verl.translate import agent_verl_config
+    from hacrl.job import engine_context
+
+    spec = _job(micro_zoo, "hacpo", "train.lr=3e-5", "train.betas=[0.8,0.95]",
+                "train.weight_decay=0.05", "train.grad_clip=0.5", "engine=verl",
+                "engine.device=cpu")
+    assert spec.optimizer == OptimizerSettings(3e-5, (0.8, 0.95), 0.05, 0.5)
+    context = engine_context(spec, spec.agents[0], 0, len(spec.agents), micro_zoo)
+    assert context.optimizer is spec.optimizer and context.loss is spec.settings.loss
+    optim = agent_verl_config(context, spec.agents[0].path).actor_rollout_ref.actor.optim
+    assert (optim.lr, list(optim.betas), optim.weight_decay, optim.clip_grad) == (
+        3e-5, [0.8, 0.95], 0.05, 0.5)
+    local = LocalEngine(spec.agents[0].path, optimizer=context.optimizer, device="cpu")
+    group = local.optimizer.param_groups[0]
+    assert (group["lr"], group["betas"], group["weight_decay"], local.grad_clip) == (
+        3e-5, (0.8, 0.95), 0.05, 0.5)
 
 # -- one step of the loop: what every row of every update carries ------------------------------
 
@@ -255,9 +278,9 @@ def test_loop_hands_every_row_its_omega_advantage_and_switches(micro_zoo, lenien
                                                                monkeypatch, method, overrides):
     paper = PAPER[method]
     spec = _job(micro_zoo, method, *overrides)
-    settings = loop_settings(spec)
+    settings = spec.settings
     seed_everything(0)
-    engines = [Recorder(LocalEngine(a.path, lr=1e-3, device="cpu", old_logprobs="sampler",
+    engines = [Recorder(LocalEngine(a.path, optimizer=OptimizerSettings(lr=1e-3), device="cpu", old_logprobs="sampler",
                                     reference=settings.loss.kl_coef > 0)) for a in spec.agents]
     n = len(engines)
     group = G * paper.rollouts

@@ -35,7 +35,7 @@ from hacrl.algo.methods import capability_advantage, hacpo_borrowed_term
 from hacrl.algo.metrics import MAX, ROW_MEAN
 from hacrl.algo.rollout import TokenView
 from hacrl.config import ConfigError, JobSpec, compose, validate
-from hacrl.config.settings import method_settings
+from hacrl.config.settings import OptimizerSettings, method_settings
 from hacrl.data.arith import load_split
 from hacrl.engines.local import LocalEngine
 from hacrl.training.loop import Agent, PromptSchedule, TeamLoop, seed_everything
@@ -110,7 +110,7 @@ def make_loop(spec: JobSpec, micro_batch_rows: int | None = None) -> tuple[TeamL
     """The job's loop for `spec` (settings from `method_settings`) on spying local engines."""
     settings = method_settings(spec.cfg, spec.method)
     assert settings.loss == spec.loss
-    engines = [Spy(a.path, lr=1e-3, device="cpu", reference=spec.loss.kl_coef > 0,
+    engines = [Spy(a.path, optimizer=OptimizerSettings(lr=1e-3), device="cpu", reference=spec.loss.kl_coef > 0,
                    micro_batch_rows=micro_batch_rows) for a in spec.agents]
     agents = [Agent(a.name, e) for a, e in zip(spec.agents, engines, strict=True)]
     schedule = PromptSchedule(load_split("train"), settings.prompts_per_step, 0)
@@ -292,10 +292,8 @@ def test_an_undeclared_metric_is_refused_not_dropped(registries):
 
 
 def test_job_settings_come_from_method_settings(job_env):
-    from hacrl.job import loop_settings
-
     spec = validate(compose([*SMALL, "method=naive"]))
-    settings = loop_settings(spec)
+    settings = spec.settings
     assert settings == method_settings(spec.cfg, spec.method) and settings.loss is spec.loss
     assert spec.loss.borrowed == "as_own" and not spec.loss.stepwise
     assert Path(spec.agents[0].path).name == QWEN

@@ -13,6 +13,7 @@ import torch
 
 from hacrl.algo import LossBatch, LossConfig
 from hacrl.algo.rollout import TokenView
+from hacrl.config.settings import OptimizerSettings
 from hacrl.engines import local as local_module
 from hacrl.engines.base import MiniBatchLoss
 from hacrl.engines.local import LocalEngine
@@ -41,7 +42,7 @@ def _views(pad: int, seed: int = 0) -> list[TokenView]:
 
 def _engine(path: Path, temperature: float = 1.0, forward_rows: int | str = "auto") -> LocalEngine:
     torch.manual_seed(0)
-    return LocalEngine(str(path), lr=1e-3, device="cpu", temperature=temperature,
+    return LocalEngine(str(path), optimizer=OptimizerSettings(lr=1e-3), device="cpu", temperature=temperature,
                        forward_rows=forward_rows)
 
 

@@ -11,6 +11,7 @@ from omegaconf import open_dict
 
 from hacrl.algo.rollout import SamplingParams, TokenView, render_prompt_ids
 from hacrl.config import ConfigError, compose, config_hash, validate
+from hacrl.config.settings import OptimizerSettings
 from hacrl.engines.local import LocalEngine
 from hacrl.training.loop import seed_everything
 
@@ -31,7 +32,7 @@ def _sample(engine: LocalEngine, sampling: SamplingParams, n: int = 5):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampled_log_probs_equal_a_forward_over_the_response(micro_zoo: Path, model: str,
                                                              temperature: float) -> None:
-    engine = LocalEngine(str(micro_zoo / model), lr=1e-3, device="cpu", temperature=temperature)
+    engine = LocalEngine(str(micro_zoo / model), optimizer=OptimizerSettings(lr=1e-3), device="cpu", temperature=temperature)
     rows = _sample(engine, SamplingParams(max_new_tokens=12, temperature=temperature, top_p=0.9))
     assert any(g.finished for _, g in rows) or all(len(g.token_ids) == 12 for _, g in rows)
     views = [TokenView(tuple(p), tuple(g.token_ids)) for p, g in rows]
@@ -46,11 +47,11 @@ def test_sampled_log_probs_equal_a_forward_over_the_response(micro_zoo: Path, mo
 def test_the_sampler_draws_the_same_tokens_whether_it_scores_them(micro_zoo: Path) -> None:
     path = str(micro_zoo / "qwen3-4b-base")
     sampling = SamplingParams(max_new_tokens=12)
-    scored = _sample(LocalEngine(path, lr=1e-3, device="cpu"), sampling)
-    plain = _sample(LocalEngine(path, lr=1e-3, device="cpu", old_logprobs="recompute"), sampling)
+    scored = _sample(LocalEngine(path, optimizer=OptimizerSettings(lr=1e-3), device="cpu"), sampling)
+    plain = _sample(LocalEngine(path, optimizer=OptimizerSettings(lr=1e-3), device="cpu", old_logprobs="recompute"), sampling)
     assert [g.token_ids for _, g in scored] == [g.token_ids for _, g in plain]
     assert all(g.logprobs is None for _, g in plain)
-    greedy = _sample(LocalEngine(path, lr=1e-3, device="cpu"), SamplingParams(12, greedy=True))
+    greedy = _sample(LocalEngine(path, optimizer=OptimizerSettings(lr=1e-3), device="cpu"), SamplingParams(12, greedy=True))
     assert all(g.logprobs is None for _, g in greedy)  # validation needs no scores
 
 
@@ -59,7 +60,7 @@ def test_old_logprobs_is_checked_and_only_sampler_enters_the_identity(job_env: P
     with pytest.raises(ConfigError, match=r"engine\.old_logprobs=forward: must be one of: sampler, recompute"):
         validate(compose(["engine.old_logprobs=forward"]))
     with pytest.raises(ConfigError, match="engine.old_logprobs"):
-        LocalEngine("unused", lr=1e-3, old_logprobs="forward")
+        LocalEngine("unused", optimizer=OptimizerSettings(lr=1e-3), old_logprobs="forward")
     sampler, recompute = (compose([f"engine.old_logprobs={v}"]) for v in ("sampler", "recompute"))
     assert config_hash(sampler) != config_hash(recompute)
     # recompute is what runs did before the key existed: their hashes stay

@@ -1,9 +1,10 @@
-"""Tag names, output paths and evaluation artifact names have one home each: `hacrl.schema`
-and `hacrl.core.layout`.
+"""Tag names, metric names, output paths and evaluation artifact names have one home each:
+`hacrl.schema` and `hacrl.core.layout`.
 
 The check reads every module's string constants (docstrings aside): a tag name spelt out, an
-MLflow filter on tags, a file name of the output root, or an evaluation artifact's file name
-(`hacrl.schema.eval_artifacts`) anywhere else fails it.
+MLflow filter on tags, a metric name (a string starting with one of
+`hacrl.schema.metric_names.PREFIXES`), a file name of the output root, or an evaluation
+artifact's file name (`hacrl.schema.eval_artifacts`) anywhere else fails it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from hacrl.core.layout import Layout
 from hacrl.schema import eval_artifacts as A
+from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +29,11 @@ PATH_NAMES = {"mlflow.db", "mlartifacts", "runs", "sweeps", "reports", "plots", 
               "manifest.json", "status.json", "config.yaml", "ckpt"}
 # file names inside an evaluation's artifacts (the report reads them back by these names)
 ARTIFACT_NAMES = (A.OUTCOMES_FILE, A.PROTOCOL_FILE, A.SCORES_FILE, A.SAMPLES_SUFFIX)
+# the metric families the schema declares (a family added there is covered here); a constant or
+# any constant part of an f-string counts. verl's own metrics (`verl/actor/...`) are verl's
+# names, not a family of ours, and are not in PREFIXES. Help text such as "e.g. reward/mean"
+# does not start with a family, so it passes.
+METRIC_PREFIXES = M.PREFIXES
 
 
 def _strings(node: ast.AST) -> list[str]:
@@ -74,6 +81,8 @@ def spelt_out() -> list[str]:
             texts, joined = _literals(path)
             found += [f"{rel}:{line}: tag {text!r}" for line, text in texts
                       if text in TAG_NAMES or "tags.`" in text or "tags.config_hash" in text]
+            found += [f"{rel}:{line}: metric {text!r}" for line, text in texts
+                      if text.startswith(METRIC_PREFIXES)]
             found += [f"{rel}:{line}: path {text!r}" for line, text in joined
                       if text.strip("/") in PATH_NAMES or text.startswith(("team-", "step_"))]
             found += [f"{rel}:{line}: artifact {text!r}" for line, text in texts
@@ -84,6 +93,39 @@ def spelt_out() -> list[str]:
 def test_tag_names_and_output_paths_live_in_one_place() -> None:
     found = spelt_out()
     assert not found, f"{len(found)} literals outside hacrl.schema / hacrl.core.layout:\n" + "\n".join(found)
+
+
+def test_every_metric_constant_is_in_a_declared_family() -> None:
+    """The names the schema module spells start with one of its PREFIXES (grad_norm aside: a
+    name of its own), so that the check above covers every family it builds."""
+    names = {k: v for k, v in vars(M).items() if k.isupper() and isinstance(v, str)
+             and "/" in v}
+    assert names and all(v.startswith(M.PREFIXES) for v in names.values()), names
+    assert set(M.REPORTED_PREFIXES) <= set(M.PREFIXES)
+    assert all(p.endswith("/") for p in M.PREFIXES)
+
+
+def test_metric_names_the_report_and_ui_read() -> None:
+    """The names stores already hold: a rename here shows (the report reads these, the MLflow
+    UI's saved views pick the `avg/<model>` columns)."""
+    assert (M.REWARD_MEAN, M.CAPABILITY, M.RESPONSE_LENGTH_MEAN) == (
+        "reward/mean", "capability/P", "response/length_mean")
+    assert M.omega("qwen") == "omega/qwen"
+    assert [M.ratio(r, "mean") for r in M.RATIOS] == ["ratio/s_homo_mean", "ratio/s_hete_mean"]
+    assert M.ratio(M.S_HETE, "min") == "ratio/s_hete_min"
+    assert (M.WALL, M.STEP, M.phase_seconds("verify")) == (
+        "time/wall_s", "time/step_s", "time/verify_s")
+    assert (M.PEAK_RSS, M.DEVICE_USED_FRAC) == ("memory/peak_rss_gb", "memory/device_used_frac")
+    assert M.validation("tiny_math500") == "val/tiny_math500/acc"
+    assert M.eval_metric("main", "math500") == "eval/main/math500/acc"
+    assert M.eval_avg("ablation") == "eval/ablation/avg/acc"
+    assert (M.TOKENS_OWN, M.TOKENS_BORROWED, M.UPDATES) == (
+        "tokens/own", "tokens/borrowed", "train/updates")
+    assert (M.LOSS_TOTAL, M.CLIP_LOWER_BOUND, M.GRAD_NORM) == (
+        "loss/total", "clip/lower_bound", "grad_norm")
+    assert M.job_score(M.AVG, "qwen") == "avg/qwen" and M.JOB_AVG == "avg/"
+    assert M.job_score("math500", "qwen") == "acc/math500/qwen"
+    assert M.job_score(M.AVG, "qwen", "ablation") == "ablation/avg/qwen"
 
 
 def test_eval_artifact_names() -> None:

@@ -91,10 +91,16 @@ def test_a_key_the_command_line_sets_wins_over_the_grids(tmp_path, cli_env, hacr
                grids="        seed: [0, 1]\n        fixed: [train.steps=50, algo.alpha=2]\n")
     out = subprocess.run([*hacrl_cmd, "sweep", "cli", f"hydra.searchpath=[file://{configs.parent}]",
                           f"output_root={tmp_path}", "seed=5", "train.steps=7",
-                          "hydra.sweeper.dry_run=true"], env=cli_env(tmp_path),
-                         capture_output=True, text=True, timeout=300)
+                          "pair.name=renamed", "hydra.sweeper.dry_run=true"],
+                         env=cli_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    cells = json.loads((tmp_path / "sweeps" / "cli" / "manifest.json").read_text())["cells"]
+    manifest = json.loads((tmp_path / "sweeps" / "cli" / "manifest.json").read_text())
+    # what the report lays its tables out by, as this command line composed it
+    assert manifest["pairs"]["size"] == {"name": "renamed", "setting": "size",
+                                         "agents": ["qwen3-1.7b-base", "qwen3-4b-base"]}
+    assert manifest["methods"]["hacpo"] == {"shares_rollouts": True, "trains": True}
+    assert manifest["methods"]["gspo"]["shares_rollouts"] is False
+    cells = manifest["cells"]
     assert len(cells) == 3  # hacpo + gspo per agent, the two grid seeds folded into seed 5
     assert {c["seed"] for c in cells} == {5}
     assert {c["params"]["train.steps"] for c in cells} == {7}

@@ -16,14 +16,16 @@ from typing import Any
 import pytest
 
 from hacrl.config import compose
-from hacrl.core.errors import ConfigError
+from hacrl.core.errors import ConfigError, HacrlError
 from hacrl.schema.sweep_manifest import (
     CellRecord,
+    MethodRecord,
+    PairRecord,
     SweepManifest,
     read_manifest,
     write_manifest,
 )
-from hacrl.sweep.grid import SWEEP_DIR, expand
+from hacrl.sweep.grid import SWEEP_DIR, expand, method_records, pair_records
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,11 +71,26 @@ def test_manifest_round_trips_and_an_old_one_still_reads(tmp_path: Path) -> None
                       protocols=["ablation"], params={"algo.alpha": 1.0})
     manifest = SweepManifest("table2", [cell], arguments=["scale=tiny"], asked=1,
                              tracking_uri="sqlite:///x", tables=["table2"], figures=[],
-                             grids={"table2": [{"pair": "size"}]})
+                             grids={"table2": [{"pair": "size"}]},
+                             pairs={"size": PairRecord("a+b", "size", ["a", "b"])},
+                             methods={"hacpo": MethodRecord(True), "base": MethodRecord(False, False)})
     write_manifest(tmp_path, manifest)
     back = read_manifest(tmp_path)
     assert back is not None and back.cells == [cell] and back.tables == ["table2"]
-    assert back.format == 2 and back.created > 0 and back.grids == manifest.grids
+    assert back.format == 3 and back.created > 0 and back.grids == manifest.grids
+    assert back.pairs == manifest.pairs and back.methods == manifest.methods
+    # format 2 (before pairs and methods were recorded): they read as None
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {**{k: v for k, v in data.items() if k not in ("pairs", "methods")}, "format": 2}))
+    back = read_manifest(tmp_path)
+    assert back is not None and back.format == 2 and (back.pairs, back.methods) == (None, None)
+    # a record with a key this hacrl does not know is refused, naming it
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {**data, "pairs": {"size": {"name": "a+b", "setting": "size", "agents": [], "x": 1}}}))
+    with pytest.raises(HacrlError, match=r"pairs.size: unknown key 'x'"):
+        read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
     # format 1 (before the report keys): no format, tables, figures or grids
     old = {k: v for k, v in json.loads((tmp_path / "manifest.json").read_text()).items()
            if k not in ("format", "tables", "figures", "grids")}
@@ -177,7 +194,9 @@ class FakeRun:
         self.first = compose([f"output_root={self.root}"])
         cells = expand("table2", lambda o: compose([f"output_root={self.root}", *o])).cells
         self.manifest = SweepManifest("table2", list(cells), tracking_uri="sqlite:///x",
-                                      tables=self.tables, figures=[], grids=self.grids)
+                                      tables=self.tables, figures=[], grids=self.grids,
+                                      pairs=pair_records(self.grids, compose),
+                                      methods=method_records())
         if self.fail:
             raise SweepFailed("1 of 2 cells did not finish")
         return []

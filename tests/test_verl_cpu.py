@@ -141,7 +141,7 @@ def verl_engine(micro_zoo: Path, data_root: Path, ray_env: None,
     spec = validate(cfg)
     assert spec.loss.kl_coef > 0, "as_run profile: the KL term is on"
     context = EngineContext(cfg=cfg, agent_name=AGENT, agent_index=0, n_agents=1, loss=spec.loss,
-                            group_size=3, minibatch_prompts=2, run_dir=root / "run",
+                            optimizer=spec.optimizer, group_size=3, minibatch_prompts=2, run_dir=root / "run",
                             updates_per_step=2)
     engine: Any = make_engine("verl", model_path=str(micro_zoo / AGENT), context=context)
     assert engine.world_size == 2  # verl's adapter only: not on the Engine protocol
@@ -165,14 +165,14 @@ def test_first_updates_agree_with_the_local_engine(verl_engine, micro_zoo: Path,
     # alpha != 1, so that an exponent lost on the way to the workers shows; the engine
     # installs the loss the loop's MiniBatchLoss carries (as in a job)
     cfg = _cfg(micro_zoo, data_root, root, f"method={method}", "profile=as_run", "algo.alpha=0.7")
-    config = validate(cfg).loss
+    spec = validate(cfg)
+    config = spec.loss
     if method == "hacpo":
         assert (config.kl_coef > 0 and config.alpha == 0.7 and config.stepwise
                 and config.cross_clip and config.delta == pytest.approx(0.2)
                 and config.delta_step == pytest.approx(0.025))
-    local = LocalEngine(str(micro_zoo / AGENT), lr=float(cfg.train.lr),
-                        betas=tuple(cfg.train.betas), weight_decay=float(cfg.train.weight_decay),
-                        grad_clip=float(cfg.train.grad_clip), reference=config.kl_coef > 0)
+    local = LocalEngine(str(micro_zoo / AGENT), optimizer=spec.optimizer,
+                        reference=config.kl_coef > 0)
     views = _rows(local)
     assert len(views) == 12
     logp_local = local.log_probs(views)

@@ -23,6 +23,7 @@ pytest.importorskip("verl", reason="engine=verl tests need the [verl] extra: "
 from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss  # noqa: E402
 from hacrl.algo.rollout import TokenView  # noqa: E402
 from hacrl.config import ConfigError, compose  # noqa: E402
+from hacrl.config.settings import OptimizerSettings, optimizer_settings  # noqa: E402
 from hacrl.engines.verl import batch as vb  # noqa: E402
 from hacrl.engines.verl.worker_loss import (  # noqa: E402
     DENOMINATORS,
@@ -213,7 +214,7 @@ def test_loss_callable_agrees_with_the_local_engine(micro_zoo: Path, one_thread:
     and equal the paper's -(1/B) * s * s^alpha * omega * A / L inside the range, 0 outside."""
     from hacrl.engines.local import LocalEngine
 
-    engine = LocalEngine(str(micro_zoo / "qwen3-4b-base"), lr=1e-3, device="cpu")
+    engine = LocalEngine(str(micro_zoo / "qwen3-4b-base"), optimizer=OptimizerSettings(lr=1e-3), device="cpu")
     tok = engine.tokenizer
     prompts = [tok.encode(q) for q in ("12+7=", "3+45=", "60-8=", "9*9=")]
     answers = ("19", "48", "52", "81", "1", "42", "5", "7", "190", "4", "52", "801")
@@ -590,7 +591,7 @@ def test_every_paper_pair_builds_a_verl_config_verl_accepts(pair: str) -> None:
         loss = LossConfig(ratio=spec.ratio, loss_agg=spec.loss_agg, clip_low=spec.clip_low,
                           clip_high=spec.clip_high, alpha=float(cfg.pair.alpha),
                           kl_coef=float(cfg.algo.kl_coef))
-        v = verl_config(cfg, model_path="Qwen/Qwen3-4B-Base", loss=loss,
+        v = verl_config(cfg, model_path="Qwen/Qwen3-4B-Base", loss=loss, optimizer=optimizer_settings(cfg),
                         group_size=8 * spec.rollout_multiplier,
                         minibatch_prompts=64 // spec.minibatch_divisor,
                         n_agents=len(cfg.agents) if spec.shares_rollouts else 1)
@@ -610,7 +611,7 @@ def test_verl_config_errors_name_the_key() -> None:
 
     def build(*overrides: str) -> Any:
         cfg = compose(["scale=paper", "engine=verl", *overrides])
-        return verl_config(cfg, model_path="m", loss=HACPO, group_size=8,
+        return verl_config(cfg, model_path="m", loss=HACPO, optimizer=optimizer_settings(cfg), group_size=8,
                            minibatch_prompts=64, n_agents=2)
 
     with pytest.raises(ConfigError, match=r"engine.overrides.actor_rollout_ref.actor.ppo_epoch"):
@@ -826,7 +827,7 @@ def test_cpu_layer_changes_only_the_device_layer() -> None:
 
     def build(*overrides: str):
         cfg = compose(["engine=verl", *overrides])
-        return cfg, verl_config(cfg, model_path="m", loss=HACPO, group_size=8,
+        return cfg, verl_config(cfg, model_path="m", loss=HACPO, optimizer=optimizer_settings(cfg), group_size=8,
                                 minibatch_prompts=16, n_agents=2)
 
     gpu_cfg, gpu = build()
@@ -875,7 +876,7 @@ def test_cpu_config_errors_name_the_key(override: str, message: str) -> None:
 
     cfg = compose(["engine=verl", "engine.device=cpu", override])
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        verl_config(cfg, model_path="m", loss=HACPO, group_size=8, minibatch_prompts=16,
+        verl_config(cfg, model_path="m", loss=HACPO, optimizer=optimizer_settings(cfg), group_size=8, minibatch_prompts=16,
                     n_agents=2)
 
 

@@ -25,6 +25,7 @@ ray = pytest.importorskip("ray", reason="Ray comes with the [verl] extra")
 
 from hacrl.algo import Denominators, LossBatch, LossConfig, policy_loss  # noqa: E402
 from hacrl.algo.rollout import TokenView  # noqa: E402
+from hacrl.config.settings import optimizer_settings  # noqa: E402
 from hacrl.engines.verl import batch as vb  # noqa: E402
 from hacrl.engines.verl.worker_loss import DENOMINATORS, UPDATE_INDEX  # noqa: E402
 
@@ -158,7 +159,7 @@ def test_two_agents_rollout_replicas_get_disjoint_ranks_and_sockets(ray_cpu: Non
             return self.rollout.zmq_handle
 
     cfg = compose(["scale=paper", "engine=verl"])
-    v = verl_config(cfg, model_path="m", loss=CONFIG, group_size=8, minibatch_prompts=64,
+    v = verl_config(cfg, model_path="m", loss=CONFIG, optimizer=optimizer_settings(cfg), group_size=8, minibatch_prompts=64,
                     n_agents=2)
     arr = OmegaConf.to_container(v.actor_rollout_ref, resolve=True)
     sockets, ranks = [], []

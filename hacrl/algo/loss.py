@@ -22,6 +22,7 @@ from hacrl.algo.metrics import ROW_MEAN, SHARE
 from hacrl.algo.objectives import clipped_surrogate_loss, low_variance_kl, stepwise_lower_bound
 from hacrl.algo.ratios import masked_mean, sequence_log_ratio, token_log_ratio
 from hacrl.algo.registry import BorrowedTerm, get_borrowed
+from hacrl.schema import metric_names as M
 
 LOG_RATIO_BOUND = 20.0  # exp() stays finite even for wildly off-policy borrowed rows
 
@@ -31,9 +32,9 @@ LOG_RATIO_BOUND = 20.0  # exp() stays finite even for wildly off-policy borrowed
 # (they add up over micro-batches and ranks exactly, however unevenly own and borrowed rows are
 # spread); the lower bound is the same on every row. A borrowed objective declares its own.
 LOSS_METRICS: dict[str, str] = {
-    "loss/total": SHARE, "loss/policy": SHARE, "loss/kl": SHARE,
-    "loss/own": SHARE, "loss/borrowed": SHARE, "clip/own_frac": SHARE,
-    "clip/borrowed_frac": SHARE, "clip/lower_bound": ROW_MEAN,
+    M.LOSS_TOTAL: SHARE, M.LOSS_POLICY: SHARE, M.LOSS_KL: SHARE,
+    M.LOSS_OWN: SHARE, M.LOSS_BORROWED: SHARE, M.CLIP_OWN_FRAC: SHARE,
+    M.CLIP_BORROWED_FRAC: SHARE, M.CLIP_LOWER_BOUND: ROW_MEAN,
 }
 SHARES = tuple(k for k, kind in LOSS_METRICS.items() if kind == SHARE)
 
@@ -198,14 +199,14 @@ def _metric_values(pg_loss: Tensor, kl_value: Tensor, mask: Tensor, cross: Tenso
     n_cross = None if denominators is None else denominators.cross_rows
     n_own = None if denominators is None else denominators.rows - denominators.cross_rows
     return {
-        "loss/total": float(pg_loss + cfg.kl_coef * kl_value),
-        "loss/policy": float(pg_loss),
-        "loss/kl": float(kl_value),
-        "loss/own": _subset_mean(masked_mean(own.token_loss, mask, -1), own_like, n_own),
-        "loss/borrowed": _subset_mean(borrowed.loss, cross, n_cross),
-        "clip/own_frac": _subset_mean(own.clip_frac, own_like, n_own),
-        "clip/borrowed_frac": _subset_mean(borrowed.outside.float(), cross, n_cross),
-        "clip/lower_bound": lower,
+        M.LOSS_TOTAL: float(pg_loss + cfg.kl_coef * kl_value),
+        M.LOSS_POLICY: float(pg_loss),
+        M.LOSS_KL: float(kl_value),
+        M.LOSS_OWN: _subset_mean(masked_mean(own.token_loss, mask, -1), own_like, n_own),
+        M.LOSS_BORROWED: _subset_mean(borrowed.loss, cross, n_cross),
+        M.CLIP_OWN_FRAC: _subset_mean(own.clip_frac, own_like, n_own),
+        M.CLIP_BORROWED_FRAC: _subset_mean(borrowed.outside.float(), cross, n_cross),
+        M.CLIP_LOWER_BOUND: lower,
         **borrowed.metrics,
     }
 

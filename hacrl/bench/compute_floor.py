@@ -42,7 +42,8 @@ from hacrl.core.errors import print_error
 from hacrl.data.tasks import grader, load_problems
 from hacrl.engines.base import Engine
 from hacrl.engines.prompt_sharing import prompt_sharing_applies, prompt_sharing_logprobs
-from hacrl.job import agent_engine, job_dir, loop_settings
+from hacrl.job import agent_engine, job_dir
+from hacrl.schema import metric_names as M
 from hacrl.training.loop import Agent, PromptSchedule, TeamLoop, seed_everything
 from hacrl.zoo.lean_decoder import lean_decoder, lean_generate
 
@@ -200,7 +201,7 @@ def team_loops(spec: JobSpec, record: bool = False) -> tuple[list[TeamLoop], lis
             engines = [Recording(e) for e in engines]
             recordings += engines
         agents = [Agent(a.name, cast(Engine, e)) for a, e in zip(team, engines, strict=True)]
-        loops.append(TeamLoop(agents, spec.method, loop_settings(spec), schedule, grader(c)))
+        loops.append(TeamLoop(agents, spec.method, spec.settings, schedule, grader(c)))
     return loops, recordings
 
 
@@ -211,8 +212,8 @@ def phase_seconds(loops: list[TeamLoop], step: int) -> dict[str, float]:
         result = loop.step(step)
         for metrics in result.agent_metrics:
             for phase in PHASES:
-                out[phase] += metrics.get(f"time/{phase}_s", 0.0)
-        out["verify"] += result.team_metrics.get("time/verify_s", 0.0)
+                out[phase] += metrics.get(M.phase_seconds(phase), 0.0)
+        out["verify"] += result.team_metrics.get(M.phase_seconds("verify"), 0.0)
     return out
 
 

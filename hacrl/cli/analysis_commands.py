@@ -98,7 +98,13 @@ def _plot(args: argparse.Namespace, overrides: list[str]) -> int:
     view = f"-pair-{args.pair}" if args.pair else ""
     stem = re.sub(r"[^\w.-]+", "_", f"{args.metric}-by-{args.by}{view}")
     out = Path(args.out) if args.out else layout.plot(stem)
+    pair = None
+    if args.pair:  # the pair as this command line composes it (ConfigError: an unknown one)
+        from analysis.context import Pair
+        from hacrl.sweep.grid import pair_record
+
+        pair = Pair.of(args.pair, pair_record(args.pair, lambda extra: compose([*overrides, *extra])))
     files, drawn = plot_metric(store, args.metric, args.by, args.where, out, kind=args.kind,
-                               pair=args.pair)
+                               pair=pair)
     print(f"{drawn} runs -> {', '.join(str(f) for f in files)}")
     return 0

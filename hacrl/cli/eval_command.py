@@ -25,6 +25,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, overrides: list[str]) -> int:
+    from omegaconf import OmegaConf
+
     from hacrl.config import ConfigError, compose, model_path
     from hacrl.config.protocol import Protocol
     from hacrl.core.layout import Layout
@@ -44,9 +46,8 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
         if args.limit is not None:
             # a limited evaluation is its own protocol (its key differs), never mistaken for
             # the full one when the "already logged" check or a report reads it
-            overrides = [*overrides, *(f"eval.protocols.{name}.limit={args.limit}"
-                                       for name in cfg.eval.use)]
-            cfg = compose(overrides)
+            for name in cfg.eval.use:
+                OmegaConf.update(cfg, f"eval.protocols.{name}.limit", args.limit, merge=False)
         Protocol.in_use(cfg.eval)
         runner.data_files(cfg, [str(b) for b in cfg.eval.benchmarks])  # missing data: stop here
         if cfg.engine.get("threads"):

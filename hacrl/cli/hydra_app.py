@@ -1,10 +1,11 @@
 """`hacrl train` and `hacrl sweep` are the Hydra app `hacrl.train`: every Hydra flag and the
 whole override grammar work as under `python -m hacrl.train`, with Hydra's own messages.
 
-`hacrl train ARGS` runs the app with ARGS: `--cfg job`, `--info`, `-m seed=0,1`, `range(...)`,
-`+key=value`, `~key`, `--config-dir ...`. A plain run (no Hydra flag) is first composed and
-validated here, so a bad value is one line and exit 2 before anything is created; the app then
-composes the same config again (a fraction of a second) and runs the job.
+`hacrl train ARGS` with a Hydra flag runs the app with ARGS: `--cfg job`, `--info`,
+`-m seed=0,1`, `--config-dir ...`; each of the app's jobs is composed and validated once, by the
+app. A plain run (overrides only: `+key=value`, `~key`, `range(...)` in a value) is composed and
+validated once by `hacrl.cli.train_command` and runs without the app (`hacrl.train.run_spec`),
+so a bad value is one line and exit 2 before anything is created.
 
 Shell completion is Hydra's (`eval "$(hacrl train -sc install=bash)"`, registered for the
 `hacrl` program): the shell then asks `hacrl -sc query=bash` with its command line, from which

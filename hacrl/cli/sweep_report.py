@@ -9,7 +9,8 @@ MLflow store) do not import each other; this module, on top of both, connects th
   a sweep whose files name no table says so in one line instead;
 - `hacrl report <sweep>` gets the sweep's record here: its manifest's cells when it ran at this
   scale, else a fresh expansion of sweeps/<sweep>.yaml (a sweep never run lists its cells as
-  `not run`), with the tables, figures and grids of the sweep files as they are now.
+  `not run`), with the tables, figures and grids of the sweep files as they are now, and the
+  pairs they name as this command line composes them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 from hacrl.config import ConfigError
 from hacrl.core.layout import Layout
 from hacrl.schema.sweep_manifest import SweepManifest
-from hacrl.sweep.grid import SWEEP_DIR, all_grids, expand, load_report_keys
+from hacrl.sweep.grid import (
+    SWEEP_DIR,
+    all_grids,
+    expand,
+    load_report_keys,
+    method_records,
+    pair_records,
+)
 from hacrl.sweep.state import read_rebased_manifest
 
 if TYPE_CHECKING:
@@ -120,4 +128,7 @@ def report_record(name: str, overrides: list[str], cfg: DictConfig,
     return SweepManifest(sweep=name, cells=cells, arguments=overrides,
                          tracking_uri=manifest.tracking_uri if manifest else "",
                          tables=definition.tables, figures=definition.figures,
-                         grids=definition.grids)
+                         grids=definition.grids,
+                         pairs=pair_records(definition.grids,
+                                            lambda extra: compose([*overrides, *extra])),
+                         methods=method_records())

@@ -1,12 +1,16 @@
-"""`hacrl train`: one job through the Hydra app, or `--dry-run`: compose, validate, build
-each agent's config, and stop."""
+"""`hacrl train`: one job, composed and validated once (a plain run), or through the Hydra app
+(any Hydra flag: `--cfg`, `-m`, ...), or `--dry-run`: compose, validate, build each agent's
+config, and stop."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hacrl.config import JobSpec
 
 TRAIN_EXAMPLES = """examples:
   hacrl train pair=size method=hacpo              one job: the size pair with HACPO
@@ -33,8 +37,11 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_words(args: list[str]) -> int:
-    """`hacrl train ARGS`: `--dry-run [--dry-run-dir DIR]` here; anything else is the Hydra app
-    (`hacrl.cli.hydra_app`), a plain run validated first (one line, exit 2, nothing written)."""
+    """`hacrl train ARGS`: `--dry-run [--dry-run-dir DIR]` and a plain run (overrides only) are
+    composed and validated here, once, and the plain run's job runs from that spec
+    (`hacrl.train.run_spec`); with a Hydra flag ARGS go to the Hydra app (`hacrl.cli.hydra_app`),
+    which composes and validates each of its jobs itself. A bad value is one line and exit 2,
+    before anything is written."""
     from hacrl.cli.hydra_app import hydra_flags, run_app
 
     dry = "--dry-run" in args
@@ -52,26 +59,44 @@ def run_words(args: list[str]) -> int:
         print(f"hacrl: train: --dry-run takes overrides, not Hydra's {flags[0]} (run "
               f"`hacrl train {flags[0]} ...` without --dry-run)", file=sys.stderr)
         return 2
-    if dry or not flags:
-        status = _validate(rest, dry, dry_dir)
-        if dry or status:
-            return status
-    return run_app(rest)
+    if flags:
+        return run_app(rest)
+    spec = _validate(rest)
+    if spec is None:
+        return 2
+    if dry:
+        return _dry_run(spec, Path(dry_dir) if dry_dir else None)
+    if (spec.cfg.get("cell") or {}).get("id"):  # a sweep's cell (the sweep's launchers run it)
+        return run_app(rest)
+    from hacrl.train import run_spec
+
+    return run_spec(spec)[0]
 
 
-def _validate(overrides: list[str], dry: bool, dry_dir: str | None) -> int:
+def _validate(overrides: list[str]) -> JobSpec | None:
+    """The job's spec, composed and validated; None after one line naming what is wrong."""
     from hacrl.config import ConfigError, compose, validate
     from hacrl.core.errors import print_error
 
     try:
-        spec = validate(compose(overrides))
-        if dry:
-            from hacrl.job.dryrun import dry_run
+        return validate(compose(overrides))
+    except ConfigError as err:
+        print_error(err, "hacrl: config error: ")
+        return None
 
-            for record in dry_run(spec, Path(dry_dir) if dry_dir else None):
-                print(" ".join(f"{k}={v}" for k, v in record.items()))
-            print(f"hacrl: dry run of job {spec.config_hash} ({spec.cfg.engine.name}): ok")
+
+def _dry_run(spec: JobSpec, directory: Path | None) -> int:
+    """Build each agent's engine config (verl: through verl's own classes), print one line
+    per agent, and stop; a config error is one line and exit 2."""
+    from hacrl.config import ConfigError
+    from hacrl.core.errors import print_error
+    from hacrl.job.dryrun import dry_run
+
+    try:
+        for record in dry_run(spec, directory):
+            print(" ".join(f"{k}={v}" for k, v in record.items()))
     except ConfigError as err:
         print_error(err, "hacrl: config error: ")
         return 2
+    print(f"hacrl: dry run of job {spec.config_hash} ({spec.cfg.engine.name}): ok")
     return 0

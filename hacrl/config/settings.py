@@ -1,8 +1,10 @@
-"""A method's settings for one job: its spec plus the config's numbers, derived in one place.
+"""A job's typed settings, derived from its validated config in one place, once per job.
 
 `method_settings` is the only place that reads the `algo`, `train`, `rollout` and `task` keys
-the loop and the loss need: the config validation takes its `.loss` (`JobSpec.loss`, which the
-engines get in their `EngineContext`), the job hands the whole to `TeamLoop`.
+the loop and the loss need; `optimizer_settings` the only one that reads the optimizer's. The
+validation builds both into the `JobSpec` (`spec.settings`, `spec.optimizer`); the loop gets
+`spec.settings`, every engine `spec.settings.loss` (its `EngineContext.loss`) and
+`spec.optimizer` (the local engine's optimizer, verl's `actor.optim` section).
 """
 
 from __future__ import annotations
@@ -34,6 +36,25 @@ class LoopSettings:
     zero_uniform_groups: bool = False
 
 
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """AdamW and gradient clipping, the same for every engine (`train.lr`, `train.betas`,
+    `train.weight_decay`, `train.grad_clip`)."""
+
+    lr: float
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0  # max global gradient norm per optimizer update
+
+
+def optimizer_settings(cfg: Any) -> OptimizerSettings:
+    """The optimizer's settings under config `cfg` (validated values)."""
+    train = cfg.train
+    return OptimizerSettings(lr=float(train.lr), betas=(float(train.betas[0]), float(train.betas[1])),
+                             weight_decay=float(train.weight_decay),
+                             grad_clip=float(train.grad_clip))
+
+
 def method_settings(cfg: Any, method: MethodSpec) -> LoopSettings:
     """The loop's settings (with the loss's, `.loss`) of `method` under config `cfg` (validated
     values; a `null` clip in the config takes the method's default)."""
@@ -58,4 +79,4 @@ def method_settings(cfg: Any, method: MethodSpec) -> LoopSettings:
         baseline_guard=algo.baseline_guard, zero_uniform_groups=algo.zero_uniform_groups)
 
 
-__all__ = ["LoopSettings", "method_settings"]
+__all__ = ["LoopSettings", "OptimizerSettings", "method_settings", "optimizer_settings"]

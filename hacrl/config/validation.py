@@ -18,7 +18,12 @@ from hacrl.algo.registry import AdvantageEstimator, get_advantage, get_borrowed
 from hacrl.checkpoint import damaged_weights
 from hacrl.config.composition import default_kinds, literal_config
 from hacrl.config.identity import config_hash, zoo_seed
-from hacrl.config.settings import method_settings
+from hacrl.config.settings import (
+    LoopSettings,
+    OptimizerSettings,
+    method_settings,
+    optimizer_settings,
+)
 from hacrl.core.errors import ConfigError as ConfigError  # re-exported: callers import it here
 from hacrl.core.layout import Layout
 
@@ -31,12 +36,21 @@ class AgentSpec:
 
 @dataclass(frozen=True)
 class JobSpec:
+    """A validated job: everything below the config layer reads its settings from here, built
+    once by `validate` (the loop `settings`, the engines `settings.loss` and `optimizer`)."""
+
     cfg: DictConfig  # resolved
     method: MethodSpec
     agents: tuple[AgentSpec, ...]
-    loss: LossConfig
+    settings: LoopSettings
+    optimizer: OptimizerSettings
     output_root: Path
     config_hash: str
+
+    @property
+    def loss(self) -> LossConfig:
+        """The loss every engine trains with: the loop's, the same object."""
+        return self.settings.loss
 
     @property
     def teams(self) -> list[tuple[AgentSpec, ...]]:
@@ -121,12 +135,12 @@ def validate(cfg: DictConfig) -> JobSpec:
     _batch_check(cfg, method, estimator)
     specs = tuple(AgentSpec(a, model_path(cfg, i, a)) for i, a in enumerate(agents))
     _token_budget_check(cfg, specs)
-    loss = method_settings(cfg, method).loss
     _eval_check(cfg)
     _task_check(cfg)
     resolved = literal_config(OmegaConf.to_container(cfg, resolve=True))
     output_root = Layout.at(cfg.output_root).root
-    return JobSpec(resolved, method, specs, loss, output_root, config_hash(cfg))
+    return JobSpec(resolved, method, specs, method_settings(resolved, method),
+                   optimizer_settings(resolved), output_root, config_hash(cfg))
 
 
 def _method(cfg: DictConfig) -> MethodSpec:

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from hacrl.algo import Denominators, LossBatch, LossConfig, LossOutput, policy_loss
 from hacrl.algo.rollout import ChatTokenizer, SamplingParams, TokenView
+from hacrl.config.settings import OptimizerSettings
 
 
 @dataclass
@@ -50,14 +51,16 @@ class MiniBatchLoss:
 
 @dataclass(frozen=True)
 class EngineContext:
-    """What an engine may need about its job besides its model (the local engine needs none
-    of it; the verl engine builds its cluster config from it)."""
+    """What an engine may need about its job besides its model (the local engine needs only
+    `optimizer`, which it is given as an argument; the verl engine builds its cluster config
+    from all of it). `loss` and `optimizer` are the job's (`JobSpec.loss`, `JobSpec.optimizer`)."""
 
     cfg: Any  # the resolved job config
     agent_name: str
     agent_index: int  # place in the team (0..n_agents-1)
     n_agents: int
     loss: LossConfig
+    optimizer: OptimizerSettings
     group_size: int  # G, the method's multiplier applied
     minibatch_prompts: int  # prompts per optimizer update, the method's divisor applied
     run_dir: Path | None = None

@@ -42,11 +42,13 @@ from hacrl.algo.metrics import add_micro_batch
 from hacrl.algo.rollout import SamplingParams, TokenView, eos_id
 from hacrl.checkpoint.pickle_audit import safe_torch_load
 from hacrl.config import OLD_LOGPROBS, ConfigError
-from hacrl.core.telemetry import peak_memory_metrics
+from hacrl.config.settings import OptimizerSettings
 from hacrl.engines.attention import use_decode_attention
 from hacrl.engines.base import Engine, Generation, MiniBatchLoss, register_engine
+from hacrl.engines.memory import peak_memory_metrics
 from hacrl.engines.prompt_sharing import by_prompt, prompt_sharing_applies, prompt_sharing_logprobs
 from hacrl.engines.sampling import hf_sample
+from hacrl.schema import metric_names as M
 
 hf_logging.disable_progress_bar()  # per-load bars would bury the training progress bar
 
@@ -88,8 +90,7 @@ def by_length(views: list[TokenView]) -> list[int]:
 
 @register_engine("local")
 class LocalEngine(Engine):
-    def __init__(self, model_path: str, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 weight_decay: float = 0.0, grad_clip: float = 1.0, device: str = "auto",
+    def __init__(self, model_path: str, *, optimizer: OptimizerSettings, device: str = "auto",
                  dtype: str = "float32", reference: bool = False, temperature: float = 1.0,
                  micro_batch_rows: int | None = None, chunk_rows: int = 512,
                  forward_rows: int | str | None = "auto", old_logprobs: str = "sampler",
@@ -108,9 +109,10 @@ class LocalEngine(Engine):
         use_decode_attention(self.model, self.device)
         self.model.generation_config.pad_token_id = self.pad_id
         self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if reference else None
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas,
-                                           weight_decay=weight_decay)
-        self.grad_clip = grad_clip
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=optimizer.lr,
+                                           betas=optimizer.betas,
+                                           weight_decay=optimizer.weight_decay)
+        self.grad_clip = optimizer.grad_clip
         self.temperature = temperature
         self.micro_batch_rows = micro_batch_rows
         self.chunk_rows = chunk_rows
@@ -211,7 +213,7 @@ class LocalEngine(Engine):
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        totals["grad_norm"] = float(grad_norm)
+        totals[M.GRAD_NORM] = float(grad_norm)
         return totals
 
     # -- state --------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ job is skipped unless `force=true`.
                   into the same runs
 """
 
-from hacrl.job.agents import agent_engine, before_job, engine_context, job_dir, loop_settings
+from hacrl.job.agents import agent_engine, before_job, engine_context, job_dir
 from hacrl.job.assembly import run_job
 from hacrl.job.lock import evaluation_lock, job_lock, process_age_s
 
-__all__ = ["agent_engine", "before_job", "engine_context", "job_dir", "evaluation_lock", "job_lock", "loop_settings",
+__all__ = ["agent_engine", "before_job", "engine_context", "job_dir", "evaluation_lock", "job_lock",
            "process_age_s", "run_job"]

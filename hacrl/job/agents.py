@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hacrl.config import AgentSpec, JobSpec
-from hacrl.config.settings import LoopSettings, method_settings
 from hacrl.core.layout import Layout, RunDir
 from hacrl.engines.base import EngineContext, engine_hook, make_engine
 
 
 def job_dir(spec: JobSpec) -> RunDir:
     return Layout(spec.output_root).run(spec.config_hash, spec.method.name)
-
-
-def loop_settings(spec: JobSpec) -> LoopSettings:
-    """The loop's settings: `method_settings`, whose loss settings are `spec.loss`."""
-    return replace(method_settings(spec.cfg, spec.method), loss=spec.loss)
 
 
 def engine_context(spec: JobSpec, agent: AgentSpec, index: int, team_size: int,
@@ -29,7 +22,7 @@ def engine_context(spec: JobSpec, agent: AgentSpec, index: int, team_size: int,
     minibatch = method.update_prompts(c.train.minibatch_prompts)
     rows = int(c.train.prompts_per_step) * group * method.row_sources(team_size)
     return EngineContext(cfg=c, agent_name=agent.name, agent_index=index, n_agents=team_size,
-                         loss=spec.loss, group_size=group, minibatch_prompts=minibatch,
+                         loss=spec.loss, optimizer=spec.optimizer, group_size=group, minibatch_prompts=minibatch,
                          run_dir=root, updates_per_step=-(-rows // (minibatch * group)))
 
 
@@ -37,9 +30,8 @@ def agent_engine(spec: JobSpec, agent: AgentSpec, index: int, team_size: int, ro
     """The engine (registered under `engine.name`) of agent `index` of a team."""
     c = spec.cfg
     context = engine_context(spec, agent, index, team_size, root)
-    return make_engine(c.engine.name, model_path=agent.path, lr=float(c.train.lr),
-                       betas=tuple(c.train.betas), weight_decay=float(c.train.weight_decay),
-                       grad_clip=float(c.train.grad_clip), device=c.engine.device,
+    return make_engine(c.engine.name, model_path=agent.path, optimizer=context.optimizer,
+                       device=c.engine.device,
                        dtype=c.engine.dtype, reference=context.loss.kl_coef > 0,
                        temperature=float(c.rollout.temperature),
                        micro_batch_rows=c.train.micro_batch_rows, chunk_rows=c.engine.chunk_rows,

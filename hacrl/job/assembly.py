@@ -22,10 +22,10 @@ from hacrl.core import faults
 from hacrl.core.errors import CheckpointError, StoreError, check_writable
 from hacrl.core.eta import log_line
 from hacrl.core.layout import RunDir, TeamDir
-from hacrl.core.telemetry import peak_memory_metrics
 from hacrl.data.tasks import grader, load_problems, validation_problems
+from hacrl.engines.memory import peak_memory_metrics
 from hacrl.job import requeue
-from hacrl.job.agents import agent_engine, before_job, job_dir, loop_settings, release_memory
+from hacrl.job.agents import agent_engine, before_job, job_dir, release_memory
 from hacrl.job.finishing import (
     PHASES,
     evaluate_base,
@@ -201,7 +201,7 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
     agents = [Agent(a.name, agent_engine(spec, a, i, len(team), team_dir.path))
               for i, a in enumerate(team)]
     grade = grader(c)
-    loop = TeamLoop(agents, spec.method, loop_settings(spec),
+    loop = TeamLoop(agents, spec.method, spec.settings,
                     PromptSchedule(load_problems(c, c.task.train_split), c.train.prompts_per_step,
                                    int(c.seed)), grade)
     start = _resume(team_dir, agents, loop)

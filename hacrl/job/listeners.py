@@ -148,7 +148,7 @@ class Progress:
             self.bar.update(event.step)  # the steps a resumed team had done already
         elif isinstance(event, StepDone):
             rewards = zip(self.agents, event.result.agent_metrics, strict=True)
-            self.bar.set_postfix_str(" ".join(f"{a}={m['reward/mean']:.2f}" for a, m in rewards))
+            self.bar.set_postfix_str(" ".join(f"{a}={m[M.REWARD_MEAN]:.2f}" for a, m in rewards))
             self.bar.update(1)
 
 
@@ -177,7 +177,7 @@ class JobLog:
             seconds, self.tic = time.perf_counter() - self.tic, time.perf_counter()
             rewards = zip(self.agents, event.result.agent_metrics, strict=True)
             self._say(f"step {event.step}/{self.steps}  reward "
-                      + "  ".join(f"{a} {m['reward/mean']:.3f}" for a, m in rewards)
+                      + "  ".join(f"{a} {m[M.REWARD_MEAN]:.3f}" for a, m in rewards)
                       + f"  ({seconds:.1f} s)")
             self.report({"phase": "training", "step": event.step, "steps": self.steps})
         elif isinstance(event, ValidationDue) and self.validation.last:

@@ -138,8 +138,7 @@ def log_scores(tracker: Tracker, job_run: str, final: dict[str, dict[str, float]
             if parsed is None or parsed[2] != "acc":
                 continue
             protocol, benchmark, _ = parsed
-            key = f"avg/{model}" if benchmark == M.AVG else f"acc/{benchmark}/{model}"
-            scores[key if protocol == "main" else f"{protocol}/{key}"] = value
+            scores[M.job_score(benchmark, model, None if protocol == "main" else protocol)] = value
     if scores:
         tracker.log_metrics(job_run, scores, step)
 

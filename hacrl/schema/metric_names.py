@@ -1,22 +1,78 @@
-"""Metric names: the rules writers follow and the report reads by.
+"""Metric names: the rules writers follow and the report reads by. This module is the one home
+of every metric name hacrl logs and reads: tests/test_schema.py fails on a string that starts
+with one of PREFIXES anywhere else.
 
     eval/<protocol>/<benchmark>/<measure>   an lm-eval score (measure: acc, ...)
     eval/<protocol>/avg/<measure>           the mean over the protocol's benchmarks
     val/<benchmark>/acc                     in-loop greedy validation
-    time/<phase>_s, time/wall_s, ...        seconds
-    memory/<what>_gb                        peak memory
-    ratio/<name>_<stat>                     HACPO's importance ratios (s_homo, s_hete)
-Per-agent training metrics (loss/, clip/, capability/P, omega/<partner>, ...) keep the names the
-loop gives them; the report reads the ones above.
+    time/<phase>_s, time/wall_s, ...        seconds (time/step_s: a team's whole training step)
+    memory/<what>_gb, memory/device_used_frac   peak memory
+    ratio/<name>_<stat>                     HACPO's sequence ratios (name: s_homo, s_hete; stat:
+                                            mean, min, max; sum, count within one update)
+Per-agent training metrics, one value a step (the report draws some as curves):
+    reward/mean, capability/P, omega/<partner>   the mean reward, P_k, omega^(k, partner)
+    response/length_mean, response/finished_frac the agent's own responses
+    tokens/own, tokens/borrowed             response tokens it trained on
+    retok/length_ratio, retok/truncated_frac     borrowed rows in its tokens vs the source's
+    train/updates                           optimizer updates in the step
+    loss/<part>, clip/<what>                `hacrl.algo.policy_loss`'s (its LOSS_METRICS)
+    grad_norm                               the engine's gradient norm (a name, no family)
+A job run's final scores (the MLflow runs list as a results table, `hacrl.tracking.ui_views`):
+    avg/<model>, acc/<benchmark>/<model>    the main protocol's; `<protocol>/...` for others
+The report reads REPORTED_PREFIXES' names and the training curves it draws. verl's own metrics
+keep verl's names under `verl/actor/` (`hacrl.engines.verl.update_metrics`): not ours to name.
 """
 
 from __future__ import annotations
 
 REPORTED_PREFIXES = ("eval/", "time/", "memory/", "ratio/", "val/")
+# every family of metric names hacrl writes: a string that starts with one is built here only
+PREFIXES = (*REPORTED_PREFIXES, "reward/", "capability/", "omega/", "response/", "tokens/",
+            "retok/", "train/", "loss/", "clip/", "avg/", "acc/")
 AVG = "avg"
+
+# seconds
 WALL = "time/wall_s"
 STARTUP = "time/startup_s"
 TRACKING = "time/tracking_s"
+STEP = "time/step_s"
+
+# peak memory (`hacrl.engines.memory`, the verl engine)
+PEAK_RSS = "memory/peak_rss_gb"
+TORCH_MAX_ALLOCATED = "memory/torch_max_allocated_gb"
+DEVICE_USED = "memory/device_used_gb"
+DEVICE_TOTAL = "memory/device_total_gb"
+DEVICE_USED_FRAC = "memory/device_used_frac"
+
+# per-agent training metrics (`hacrl.training.loop`, the engines)
+REWARD_MEAN = "reward/mean"
+CAPABILITY = "capability/P"
+RESPONSE_LENGTH_MEAN = "response/length_mean"
+RESPONSE_FINISHED_FRAC = "response/finished_frac"
+TOKENS_OWN = "tokens/own"
+TOKENS_BORROWED = "tokens/borrowed"
+RETOK_LENGTH_RATIO = "retok/length_ratio"
+RETOK_TRUNCATED_FRAC = "retok/truncated_frac"
+UPDATES = "train/updates"
+GRAD_NORM = "grad_norm"
+
+# `hacrl.algo.policy_loss`'s own metrics
+LOSS_TOTAL = "loss/total"
+LOSS_POLICY = "loss/policy"
+LOSS_KL = "loss/kl"
+LOSS_OWN = "loss/own"
+LOSS_BORROWED = "loss/borrowed"
+CLIP_OWN_FRAC = "clip/own_frac"
+CLIP_BORROWED_FRAC = "clip/borrowed_frac"
+CLIP_LOWER_BOUND = "clip/lower_bound"
+
+# the sequence ratios of `ratio`: own rows' (s_homo) and cross rows' (s_hete)
+S_HOMO = "s_homo"
+S_HETE = "s_hete"
+RATIOS = (S_HOMO, S_HETE)
+
+# a job run's final scores (`job_score`); the UI's views pick the AVG columns by JOB_AVG
+JOB_AVG = "avg/"
 
 
 def eval_prefix(protocol: str) -> str:
@@ -50,3 +106,25 @@ def validation(benchmark: str) -> str:
 def seconds(phase: str) -> str:
     """`time/<phase>` for a phase name that already ends in `_s` (as the timers give them)."""
     return f"time/{phase}"
+
+
+def phase_seconds(phase: str) -> str:
+    """`time/<phase>_s` for a bare phase name (generate, verify, ...: `PhaseTimer`'s)."""
+    return seconds(f"{phase}_s")
+
+
+def omega(partner: str) -> str:
+    """omega^(k, partner) on agent k's run."""
+    return f"omega/{partner}"
+
+
+def ratio(name: str, stat: str) -> str:
+    """`ratio/<name>_<stat>`: a statistic (mean, min, max; sum, count) of S_HOMO or S_HETE."""
+    return f"ratio/{name}_{stat}"
+
+
+def job_score(benchmark: str, model: str, protocol: str | None = None) -> str:
+    """A job run's final accuracy of agent `model`: `avg/<model>` (benchmark AVG) or
+    `acc/<benchmark>/<model>`, under `<protocol>/` unless protocol is None (the main one)."""
+    key = f"{JOB_AVG}{model}" if benchmark == AVG else f"acc/{benchmark}/{model}"
+    return key if protocol is None else f"{protocol}/{key}"

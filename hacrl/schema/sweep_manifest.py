@@ -3,8 +3,8 @@ report (and by `hacrl status`). Leaf module: the standard library and the other 
 
 <output_root>/sweeps/<name>/manifest.json is one JSON object:
 
-    format        2 (a manifest without it is format 1: written before `tables`, `figures`
-                  and `grids` were recorded; it still reads, those three are then None)
+    format        3 (format 2 lacks `pairs` and `methods`, format 1 also `tables`, `figures`
+                  and `grids`; an older manifest still reads, what it lacks is then None)
     sweep         the sweep's name (sweeps/<name>.yaml)
     arguments     the command line's overrides
     created       when it was written (seconds since the epoch)
@@ -16,6 +16,10 @@ report (and by `hacrl status`). Leaf module: the standard library and the other 
     figures       report keys of its figures (hydra.sweeper.report.figures)
     grids         sweep name -> that sweep's own grids (the axes the tables are laid out by:
                   pairs, methods, protocols, settings), for every sweep file known to the sweep
+    pairs         pair option (the grids' `pair` values) -> its name, setting and agents, as
+                  the sweep composed it: who trains together in the report's tables
+    methods       method name -> whether it shares rollouts (one job trains the whole team)
+                  and trains at all, for every registered method
 
 A cell is found in the store by `id` (the training config hash, MLflow tag `config_hash`), a
 base model's evaluation by `model_paths`; `params` hold the resolved settings the tables place
@@ -36,7 +40,7 @@ from hacrl.core.errors import HacrlError
 from hacrl.core.fileio import write_json
 from hacrl.core.layout import SweepDir
 
-FORMAT = 2
+FORMAT = 3
 FILE_NAME = SweepDir(Path()).manifest.name  # for messages about a manifest of unknown folder
 
 
@@ -66,6 +70,23 @@ class CellRecord:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PairRecord:
+    """A pair option as the sweep composed it (experiments/pair/<key>.yaml and overrides)."""
+
+    name: str            # e.g. "qwen3-1.7b-base+qwen3-4b-base" (the paper CSVs' `pair`)
+    setting: str         # e.g. "size"
+    agents: list[str]
+
+
+@dataclass(frozen=True)
+class MethodRecord:
+    """What the report needs of a registered method (`hacrl.algo.METHODS`)."""
+
+    shares_rollouts: bool  # one job trains the whole team on its pooled rollouts
+    trains: bool = True
+
+
 @dataclass
 class SweepManifest:
     sweep: str
@@ -77,6 +98,8 @@ class SweepManifest:
     tables: list[str] | None = None    # None: not recorded (format 1)
     figures: list[str] | None = None
     grids: dict[str, list[dict[str, Any]]] | None = None
+    pairs: dict[str, PairRecord] | None = None      # None: not recorded (format <= 2)
+    methods: dict[str, MethodRecord] | None = None
     format: int = FORMAT
 
 
@@ -125,9 +148,25 @@ def from_json(data: dict[str, Any], path: Path | str = FILE_NAME) -> SweepManife
             asked=int(data.get("asked") or 0), tracking_uri=str(data.get("tracking_uri", "")),
             created=float(data.get("created") or 0.0),
             tables=_names(data.get("tables")), figures=_names(data.get("figures")),
-            grids=_grids(data.get("grids")), format=int(data.get("format") or 1))
+            grids=_grids(data.get("grids")),
+            pairs=_records(data.get("pairs"), PairRecord, "pairs"),
+            methods=_records(data.get("methods"), MethodRecord, "methods"),
+            format=int(data.get("format") or 1))
     except (TypeError, AttributeError, ValueError) as err:
         raise HacrlError(f"{path} is damaged ({err}); {again}") from err
+
+
+def _records(value: Any, kind: type, what: str) -> dict[str, Any] | None:
+    """`what`: key -> a `kind` record from its JSON object (None when not recorded)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise TypeError(f"{what}: expected name -> object")
+    known = {f.name for f in fields(kind)}
+    for key, record in value.items():
+        if unknown := set(record) - known:
+            raise TypeError(f"{what}.{key}: unknown key {sorted(unknown)[0]!r}")
+    return {str(k): kind(**v) for k, v in value.items()}
 
 
 def _names(value: Any) -> list[str] | None:

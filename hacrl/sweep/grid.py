@@ -29,7 +29,7 @@ from hacrl.config import CONFIG_DIR, ConfigError, config_hash
 from hacrl.config.protocol import paper_benchmark
 from hacrl.config.ranges import check_leaf_ranges
 from hacrl.core.layout import Layout
-from hacrl.schema.sweep_manifest import CellRecord
+from hacrl.schema.sweep_manifest import CellRecord, MethodRecord, PairRecord
 
 SWEEP_DIR = CONFIG_DIR / "sweep"  # the repository's sweeps/ links here
 # resolved config values kept with each cell (analysis/ places cells in tables by them)
@@ -319,6 +319,27 @@ def _axis(sweep: str, key: str, value: Any, compose: Compose) -> list[Any]:
                               f"of the config, got {resolved!r}")
         return resolved
     return [value]
+
+
+def pair_records(grids: dict[str, list[dict[str, Any]]],
+                 compose: Compose) -> dict[str, PairRecord]:
+    """Every pair option the grids name (`grids`: sweep name -> its grids, as `all_grids`), as
+    `compose` makes it (the sweep's command line included): what the report lays its tables out
+    by, recorded in the manifest so it never reads the config tree itself."""
+    keys = dict.fromkeys(str(v) for sweep, sweep_grids in grids.items() for grid in sweep_grids
+                         if "pair" in grid for v in _axis(sweep, "pair", grid["pair"], compose))
+    return {key: pair_record(key, compose) for key in keys}
+
+
+def pair_record(key: str, compose: Compose) -> PairRecord:
+    """Pair option `key` (experiments/pair/<key>.yaml) as `compose` makes it."""
+    pair = compose([f"pair={key}"]).pair
+    return PairRecord(str(pair.name), str(pair.setting), [str(a) for a in pair.agents])
+
+
+def method_records() -> dict[str, MethodRecord]:
+    """Every registered method's facts the report needs (who trains together)."""
+    return {name: MethodRecord(m.shares_rollouts, m.trains) for name, m in METHODS.items()}
 
 
 @dataclass

@@ -38,6 +38,8 @@ from hacrl.sweep.grid import (
     composing_once,
     expand,
     load_report_keys,
+    method_records,
+    pair_records,
 )
 from hacrl.sweep.grid import sweep_dirs as searched_sweep_dirs
 from hacrl.sweep.progress import LiveProgress
@@ -236,12 +238,13 @@ class SweepRun:
         """The record of this sweep: its cells, and what its files name for the report."""
         dirs = self.sweep_dirs()
         keys = load_report_keys(self.name, dirs)
+        grids = all_grids(dirs)
         return SweepManifest(
             sweep=self.name, cells=list(expansion.cells), arguments=self.arguments,
             asked=expansion.asked, tracking_uri=uri, created=time.time(),
             tables=list(dict.fromkeys(t for k in keys for t in k.tables)),
             figures=list(dict.fromkeys(f for k in keys for f in k.figures)),
-            grids=all_grids(dirs))
+            grids=grids, pairs=pair_records(grids, self.compose), methods=method_records())
 
     def _parallel(self, threads_per_job: int) -> int:
         if type(self.launcher).__name__ == "BasicLauncher":

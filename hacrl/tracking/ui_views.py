@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
 
 VIEW_TAG = "mlflow.sharedViewState."
@@ -62,7 +63,7 @@ def write_views(client: Any, experiment_id: str) -> dict[str, str]:
     for name, runs in groups.items():
         if not runs:
             continue
-        models = sorted({k for r in runs for k in r.data.metrics if k.startswith("avg/")})
+        models = sorted({k for r in runs for k in r.data.metrics if k.startswith(M.JOB_AVG)})
         columns = [*(column("tags", t) for t in COLUMN_TAGS),
                    *(column("metrics", m) for m in models), column("attributes", "Dataset")]
         key = f"{VIEW_PREFIX}{name}"

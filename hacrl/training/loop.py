@@ -33,6 +33,7 @@ from hacrl.core.telemetry import PhaseTimer
 from hacrl.data.problem import Problem
 from hacrl.data.tasks import Grader
 from hacrl.engines.base import Engine, MiniBatchLoss
+from hacrl.schema import metric_names as M
 
 
 @dataclass
@@ -86,12 +87,18 @@ class PromptSchedule:
         return [self.problems[self._perm(i // n)[i % n]] for i in range(first, first + self.per_step)]
 
 
-def _stats(prefix: str, values: list[Tensor]) -> dict[str, float]:
+def _seconds(timer: PhaseTimer) -> dict[str, float]:
+    """A timer's seconds by phase as metrics (`time/<phase>_s`)."""
+    return {M.phase_seconds(phase): s for phase, s in timer.seconds.items()}
+
+
+def _stats(ratio: str, values: list[Tensor]) -> dict[str, float]:
+    """Mean, min and max of sequence ratio `ratio` (M.S_HOMO, M.S_HETE) over a step."""
     v = torch.cat(values) if values else torch.empty(0)
     if v.numel() == 0:
         return {}
-    return {f"{prefix}_mean": float(v.mean()), f"{prefix}_min": float(v.min()),
-            f"{prefix}_max": float(v.max())}
+    return {M.ratio(ratio, "mean"): float(v.mean()), M.ratio(ratio, "min"): float(v.min()),
+            M.ratio(ratio, "max"): float(v.max())}
 
 
 class TeamLoop:
@@ -144,8 +151,8 @@ class TeamLoop:
             metrics = self._train_target(k, step, rows, advantages, omega, timers[k])
             metrics.update(self._agent_metrics(k, trajs[k], rewards, capability, omega, timers[k]))
             results.append(metrics)
-        team = team_timer.metrics()
-        team["time/step_s"] = sum(team.values()) + sum(sum(t.seconds.values()) for t in timers)
+        team = _seconds(team_timer)
+        team[M.STEP] = sum(team.values()) + sum(sum(t.seconds.values()) for t in timers)
         return StepResult(results, team)
 
     def _generate(self, problems: list[Problem], messages: list[list[dict[str, str]]],
@@ -223,14 +230,14 @@ class TeamLoop:
     def _agent_metrics(self, k: int, trajs: list[Trajectory], rewards: Tensor, capability: Tensor,
                        omega: Tensor, timer: PhaseTimer) -> dict[str, float]:
         """Agent k's step metrics besides its updates': reward, P, omega, lengths, time, memory."""
-        metrics = {"reward/mean": float(rewards[k].mean()), "capability/P": float(capability[k])}
+        metrics = {M.REWARD_MEAN: float(rewards[k].mean()), M.CAPABILITY: float(capability[k])}
         for j in range(len(self.agents)):
             if j != k:
-                metrics[f"omega/{self.agents[j].name}"] = float(omega[k, j])
+                metrics[M.omega(self.agents[j].name)] = float(omega[k, j])
         lengths = torch.tensor([len(t.source_tokens) for t in trajs], dtype=torch.float32)
-        metrics["response/length_mean"] = float(lengths.mean())
-        metrics["response/finished_frac"] = float(np.mean([t.finished for t in trajs]))
-        metrics.update(timer.metrics())
+        metrics[M.RESPONSE_LENGTH_MEAN] = float(lengths.mean())
+        metrics[M.RESPONSE_FINISHED_FRAC] = float(np.mean([t.finished for t in trajs]))
+        metrics.update(_seconds(timer))
         metrics.update(self.agents[k].engine.memory_metrics())
         return metrics
 
@@ -303,11 +310,11 @@ class TeamLoop:
             own=torch.cat(own),
             ref_logp=_pad(ref, width) if ref is not None else None,
         )
-        extra = {"tokens/own": float(sum(len(v.response_ids) for v in own_views[k])),
-                 "tokens/borrowed": float(sum(len(v.response_ids) for v in views[len(own_views[k]):]))}
+        extra = {M.TOKENS_OWN: float(sum(len(v.response_ids) for v in own_views[k])),
+                 M.TOKENS_BORROWED: float(sum(len(v.response_ids) for v in views[len(own_views[k]):]))}
         if ratios:
-            extra["retok/length_ratio"] = float(np.mean(ratios))
-            extra["retok/truncated_frac"] = truncated / len(ratios)
+            extra[M.RETOK_LENGTH_RATIO] = float(np.mean(ratios))
+            extra[M.RETOK_TRUNCATED_FRAC] = truncated / len(ratios)
         return views, batch, extra
 
     def _order(self, k: int, step: int, batch: LossBatch) -> Tensor:
@@ -343,9 +350,9 @@ class TeamLoop:
             kinds.update(loss_fn.kinds)
             updates += 1
         result = combine_updates(per_update, kinds)
-        result["train/updates"] = float(updates)
-        result.update(_stats("ratio/s_homo", s_homo))
-        result.update(_stats("ratio/s_hete", s_hete))
+        result[M.UPDATES] = float(updates)
+        result.update(_stats(M.S_HOMO, s_homo))
+        result.update(_stats(M.S_HETE, s_hete))
         return result
 
     # -- state ------------------------------------------------------------------------------------

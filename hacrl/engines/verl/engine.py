@@ -57,6 +57,7 @@ from hacrl.engines.verl.worker_loss import (
     loss_callable,
     reported_metrics,
 )
+from hacrl.schema import metric_names as M
 
 
 class VerlEngine(Engine):
@@ -238,13 +239,13 @@ class VerlEngine(Engine):
         out = {}
         if self.cluster.on_cpu:
             if "allocated" in self.peak_gb:
-                out["memory/peak_rss_gb"] = self.peak_gb["allocated"]
+                out[M.PEAK_RSS] = self.peak_gb["allocated"]
             return out
         if "allocated" in self.peak_gb:
-            out["memory/torch_max_allocated_gb"] = self.peak_gb["allocated"]
+            out[M.TORCH_MAX_ALLOCATED] = self.peak_gb["allocated"]
         if "reserved" in self.peak_gb and torch.cuda.is_available():
             total = torch.cuda.get_device_properties(0).total_memory / 2**30
-            out["memory/device_used_frac"] = self.peak_gb["reserved"] / total
+            out[M.DEVICE_USED_FRAC] = self.peak_gb["reserved"] / total
         return out
 
     # -- state --------------------------------------------------------------------------------

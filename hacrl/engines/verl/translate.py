@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo import LossConfig
+from hacrl.config.settings import OptimizerSettings
 from hacrl.core.errors import ConfigError
 from hacrl.engines.verl.parquet import parquet_path, source_name
 
@@ -104,7 +105,8 @@ def placement(cfg: DictConfig, n_agents: int) -> AgentPlacement:
     raise ConfigError(f"engine.placement={e.placement}: use colocate or split")
 
 
-def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_size: int,
+def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig,
+                optimizer: OptimizerSettings, group_size: int,
                 minibatch_prompts: int, n_agents: int, run_dir: Path | None = None,
                 agent: str = "agent", updates_per_step: int = 1) -> DictConfig:
     """The verl trainer config of one agent of this job.
@@ -117,7 +119,7 @@ def verl_config(cfg: DictConfig, *, model_path: str, loss: LossConfig, group_siz
     v = verl_defaults()
     values: dict[str, Any] = {
         **model_keys(cfg, model_path),
-        **actor_keys(cfg, loss, minibatch_prompts, updates_per_step),
+        **actor_keys(cfg, loss, optimizer, minibatch_prompts, updates_per_step),
         **checkpoint_keys(),
         **reference_keys(cfg),
         **rollout_keys(cfg, group_size, where),
@@ -155,10 +157,11 @@ def model_keys(cfg: DictConfig, model_path: str) -> dict[str, Any]:
     }
 
 
-def actor_keys(cfg: DictConfig, loss: LossConfig, minibatch_prompts: int,
-               updates_per_step: int) -> dict[str, Any]:
-    """The actor: FSDP, optimizer, batch sizes, the objective's description."""
-    e, t = cfg.engine, cfg.train
+def actor_keys(cfg: DictConfig, loss: LossConfig, optimizer: OptimizerSettings,
+               minibatch_prompts: int, updates_per_step: int) -> dict[str, Any]:
+    """The actor: FSDP, optimizer (the job's `OptimizerSettings`, as the local engine's),
+    batch sizes, the objective's description."""
+    e = cfg.engine
     return {
         "actor_rollout_ref.actor.strategy": str(e.actor.strategy),
         "actor_rollout_ref.actor.fsdp_config.strategy": str(e.actor.strategy),
@@ -167,13 +170,13 @@ def actor_keys(cfg: DictConfig, loss: LossConfig, minibatch_prompts: int,
         "actor_rollout_ref.actor.fsdp_config.fsdp_size": int(e.actor.fsdp_size),
         "actor_rollout_ref.actor.fsdp_config.dtype": str(e.dtype),
         "actor_rollout_ref.actor.fsdp_config.seed": int(cfg.seed),
-        "actor_rollout_ref.actor.optim.lr": float(t.lr),
-        "actor_rollout_ref.actor.optim.weight_decay": float(t.weight_decay),
-        "actor_rollout_ref.actor.optim.betas": [float(b) for b in t.betas],
-        "actor_rollout_ref.actor.optim.clip_grad": float(t.grad_clip),
+        "actor_rollout_ref.actor.optim.lr": optimizer.lr,
+        "actor_rollout_ref.actor.optim.weight_decay": optimizer.weight_decay,
+        "actor_rollout_ref.actor.optim.betas": list(optimizer.betas),
+        "actor_rollout_ref.actor.optim.clip_grad": optimizer.grad_clip,
         # verl's lr scheduler steps once per update_actor call, i.e. per optimizer update
-        "actor_rollout_ref.actor.optim.total_training_steps": int(t.steps) * updates_per_step,
-        "actor_rollout_ref.actor.grad_clip": float(t.grad_clip),
+        "actor_rollout_ref.actor.optim.total_training_steps": int(cfg.train.steps) * updates_per_step,
+        "actor_rollout_ref.actor.grad_clip": optimizer.grad_clip,
         "actor_rollout_ref.actor.ppo_mini_batch_size": int(minibatch_prompts),
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": _micro_rows(cfg),
         "actor_rollout_ref.actor.use_dynamic_bsz": bool(e.actor.use_dynamic_bsz),
@@ -344,6 +347,7 @@ def cpu_layer(cfg: DictConfig) -> dict[str, Any]:
 def agent_verl_config(context: Any, model_path: str) -> DictConfig:
     """`verl_config` of the agent an `EngineContext` describes (the engine and the dry run)."""
     return verl_config(context.cfg, model_path=model_path, loss=context.loss,
+                       optimizer=context.optimizer,
                        group_size=context.group_size, minibatch_prompts=context.minibatch_prompts,
                        n_agents=context.n_agents, run_dir=context.run_dir,
                        agent=context.agent_name, updates_per_step=context.updates_per_step)

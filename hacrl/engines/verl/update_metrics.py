@@ -10,6 +10,7 @@ import torch
 from hacrl.algo import LossConfig
 from hacrl.algo.metrics import MAX, MIN, ROW_MEAN
 from hacrl.engines.verl.worker_loss import ROWS, reported_metrics
+from hacrl.schema import metric_names as M
 
 
 def actor_metrics(raw: dict[str, Any], kinds: dict[str, str] | None = None) -> dict[str, float]:
@@ -28,7 +29,7 @@ def actor_metrics(raw: dict[str, Any], kinds: dict[str, str] | None = None) -> d
     for key, value in flat.items():
         kind = kinds.get(key)
         if kind is None:
-            out[key if key == "grad_norm" else f"verl/actor/{key}"] = value
+            out[key if key == M.GRAD_NORM else f"verl/actor/{key}"] = value
         elif kind == ROW_MEAN:
             if rows > 0:
                 out[key] = value / rows

@@ -25,6 +25,7 @@ from torch import Tensor
 from hacrl.algo import LOSS_METRICS, Denominators, LossConfig, LossOutput, loss_metrics, policy_loss
 from hacrl.algo.metrics import COUNT, MAX, MIN, ROW_MEAN, SHARE, SUM
 from hacrl.engines.verl.batch import loss_batch, response_logprobs
+from hacrl.schema import metric_names as M
 
 UPDATE_INDEX = "hacrl_update_index"
 DENOMINATORS = "hacrl_denominators"
@@ -33,7 +34,7 @@ ROWS = "hacrl/rows"
 SUMMED = tuple(k for k, kind in LOSS_METRICS.items() if kind == SHARE)
 WEIGHTED = tuple(k for k, kind in LOSS_METRICS.items() if kind == ROW_MEAN)
 # the sequence-ratio statistics this callable adds (from `LossOutput.s_homo` / `s_hete`)
-RATIO_STATS = {f"ratio/{name}_{stat}": kind for name in ("s_homo", "s_hete")
+RATIO_STATS = {M.ratio(name, stat): kind for name in M.RATIOS
                for stat, kind in (("sum", SUM), ("count", COUNT), ("min", MIN), ("max", MAX))}
 # verl's aggregation of each kind, over micro-batches and (SUM: averaged) over ranks
 _VERL_AGGREGATION = {SHARE: "SUM", ROW_MEAN: "SUM", SUM: "SUM", COUNT: "SUM", MIN: "MIN", MAX: "MAX"}
@@ -114,12 +115,12 @@ def hacrl_loss(config: Any = None, model_output: dict[str, Tensor] | None = None
 def _ratio_stats(out: LossOutput) -> dict[str, float]:
     """Sum, count, min and max of the own and cross rows' sequence ratios (RATIO_STATS)."""
     stats: dict[str, float] = {}
-    for name, ratios in (("s_homo", out.s_homo), ("s_hete", out.s_hete)):
-        stats[f"ratio/{name}_sum"] = float(ratios.sum())
-        stats[f"ratio/{name}_count"] = float(ratios.numel())
+    for name, ratios in ((M.S_HOMO, out.s_homo), (M.S_HETE, out.s_hete)):
+        stats[M.ratio(name, "sum")] = float(ratios.sum())
+        stats[M.ratio(name, "count")] = float(ratios.numel())
         if ratios.numel():
-            stats[f"ratio/{name}_min"] = float(ratios.min())
-            stats[f"ratio/{name}_max"] = float(ratios.max())
+            stats[M.ratio(name, "min")] = float(ratios.min())
+            stats[M.ratio(name, "max")] = float(ratios.max())
     return stats
 
 
