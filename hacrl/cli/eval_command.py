@@ -29,6 +29,7 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
 
     from hacrl.config import ConfigError, compose, model_path
     from hacrl.config.protocol import Protocol
+    from hacrl.config.vllm_models import check_vllm_model
     from hacrl.core.layout import Layout
     from hacrl.evaluation import runner
     from hacrl.job.lock import evaluation_lock
@@ -61,6 +62,9 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
         tracker = Tracker(resolve_uri(cfg.tracking.uri, output_root), cfg.tracking.experiment)
         model = (model_path(cfg, 0, args.model) if args.model else
                  str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else args.run)
+        if str(cfg.eval.backend) == "vllm" and not args.run:  # (a run's model: below)
+            check_vllm_model("eval.backend", args.model or args.checkpoint, model,
+                             str(cfg.eval.dtype))
         with evaluation_lock(output_root, model, args.model or args.checkpoint or args.run):
             if args.model:
                 target = runner.target_from_model(tracker, cfg, args.model, model)
@@ -68,6 +72,9 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
                 target = runner.target_from_checkpoint(tracker, cfg, Path(args.checkpoint))
             else:
                 target = runner.target_from_run(tracker, args.run)
+                if str(cfg.eval.backend) == "vllm":
+                    check_vllm_model("eval.backend", f"run {args.run}", target.model_path,
+                                     str(cfg.eval.dtype))
             standalone = tracker.client.get_run(target.run_id).data.tags.get(T.KIND) == T.EVAL
             status = "FAILED"
             try:

@@ -135,6 +135,7 @@ def validate(cfg: DictConfig) -> JobSpec:
     _batch_check(cfg, method, estimator)
     specs = tuple(AgentSpec(a, model_path(cfg, i, a)) for i, a in enumerate(agents))
     _token_budget_check(cfg, specs)
+    _vllm_check(cfg, specs)
     _eval_check(cfg)
     _task_check(cfg)
     resolved = literal_config(OmegaConf.to_container(cfg, resolve=True))
@@ -207,6 +208,24 @@ def _token_budget_check(cfg: DictConfig, agents: tuple[AgentSpec, ...]) -> None:
                 raise ConfigError(f"{key}={tokens}: agent {agent.name} ({agent.path}) holds at "
                                   f"most {positions} positions (max_position_embeddings), prompt "
                                   f"included; use a budget below {positions}")
+
+
+def _vllm_check(cfg: DictConfig, agents: tuple[AgentSpec, ...]) -> None:
+    """Every agent the job hands to vLLM (its rollouts, its final evaluation) is one the
+    installed vLLM takes (`hacrl.config.vllm_models`): a refusal is one line now, not a
+    traceback from vLLM's engine process after the runs exist."""
+    uses = []
+    if cfg.engine.name == "verl" and str(cfg.engine.rollout.name) == "vllm":
+        uses.append(("engine.rollout.name", str(cfg.engine.dtype)))
+    if cfg.eval.at_end and str(cfg.eval.backend) == "vllm":
+        uses.append(("eval.backend", str(cfg.eval.dtype)))
+    if not uses:
+        return
+    from hacrl.config.vllm_models import check_vllm_model
+
+    for key, dtype in uses:
+        for agent in agents:
+            check_vllm_model(key, agent.name, agent.path, dtype)
 
 
 def _method_functions(method: MethodSpec) -> AdvantageEstimator:

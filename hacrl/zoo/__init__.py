@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hacrl.zoo.build import (
+        VLLM_MICRO_ZOO,
         build_micro_model,
         build_model,
         build_models,
+        build_vllm_micro_zoo,
         build_zoo,
         default_zoo_dir,
         is_built,
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
     from hacrl.zoo.tokenizers import FAMILIES, build_tokenizer
 
 _HOME = {
-    **dict.fromkeys(("build_micro_model", "build_model", "build_models", "build_zoo",
+    **dict.fromkeys(("VLLM_MICRO_ZOO", "build_micro_model", "build_model", "build_models",
+                     "build_vllm_micro_zoo", "build_zoo",
                      "default_zoo_dir", "is_built", "kept_models", "load_card", "zoo_model_dir"),
                     "build"),
     **dict.fromkeys(("SFTConfig", "SFTResult", "greedy_generate", "probe_accuracy",
@@ -41,11 +44,13 @@ __all__ = [
     "SFTConfig",
     "SFTResult",
     "ZOO",
+    "VLLM_MICRO_ZOO",
     "ZooSpec",
     "build_micro_model",
     "build_model",
     "build_models",
     "build_tokenizer",
+    "build_vllm_micro_zoo",
     "build_zoo",
     "default_zoo_dir",
     "greedy_generate",

@@ -35,9 +35,11 @@ from hacrl.zoo.tokenizers import FAMILIES, build_tokenizer
 
 __all__ = [
     "CARD_NAME",
+    "VLLM_MICRO_ZOO",
     "build_micro_model",
     "build_model",
     "build_models",
+    "build_vllm_micro_zoo",
     "build_zoo",
     "default_zoo_dir",
     "is_built",
@@ -323,7 +325,7 @@ def build_zoo(
 
 
 def build_micro_model(family: str, out_dir: str | Path, seed: int = 0, sft_steps: int = 60,
-                      solve: float | None = None) -> Path:
+                      solve: float | None = None, head_dim: int | None = None) -> Path:
     """A very small model + tokenizer of ``family`` for unit tests (seconds to build).
 
     It is saved like a zoo model and can generate. By default it trains ``sft_steps`` steps on
@@ -335,6 +337,9 @@ def build_micro_model(family: str, out_dir: str | Path, seed: int = 0, sft_steps
     answered by a bare ``\\boxed{N}`` (a dozen tokens: it fits a test job's short rollouts)
     until its greedy accuracy on the probe set's level-1 problems reaches ``solve``, at most
     ``sft_steps`` steps: 150-350 steps as the seed goes, about 2 s on an idle core.
+
+    ``head_dim``: the attention heads' width (default hidden_size / heads = 8 or 16); vLLM's
+    CPU attention refuses those, a vLLM micro model sets 32.
     """
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}")
@@ -349,6 +354,7 @@ def build_micro_model(family: str, out_dir: str | Path, seed: int = 0, sft_steps
         num_kv_heads=heads[1],
         intermediate_size=64,
         target_accuracy=solve or 0.0,
+        head_dim=head_dim,
     )
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -379,3 +385,23 @@ def build_micro_model(family: str, out_dir: str | Path, seed: int = 0, sft_steps
         card.update(probe_accuracy=result.probe_accuracy, reached_target=result.reached_target)
     _save_model_dir(model, tok, card, out)
     return out
+
+
+# A micro zoo vLLM's CPU attention accepts (head_dim 32; the zoo's and the test micro models'
+# 8-16 are refused): two tokenizers (char-level Qwen, byte-level BPE Llama) under catalog names
+# of `pair=model_small`, each trained to its own level-1 accuracy so that rewards vary.
+# name -> (tokenizer family, seed, greedy accuracy to reach)
+VLLM_MICRO_ZOO = {"qwen3-1.7b-base": ("qwen", 0, 0.7), "llama3.2-1b-instruct": ("llama", 0, 0.5)}
+VLLM_HEAD_DIM = 32
+
+
+def build_vllm_micro_zoo(root: str | Path, names: list[str] | None = None) -> Path:
+    """`<root>/<name>/` for each model of `VLLM_MICRO_ZOO` (or `names` of it), built like the
+    test micro models with `head_dim=32`; seconds each. Models already there are kept."""
+    root = Path(root)
+    for name in names or list(VLLM_MICRO_ZOO):
+        family, seed, solve = VLLM_MICRO_ZOO[name]
+        if not (root / name / "config.json").is_file():
+            build_micro_model(family, root / name, seed=seed, sft_steps=600, solve=solve,
+                              head_dim=VLLM_HEAD_DIM)
+    return root

@@ -35,13 +35,19 @@ class ZooSpec:
     max_steps: int = 4000
     eval_every: int = 25
     max_position_embeddings: int = 256
+    # None: hidden_size // num_heads. vLLM's CPU attention takes only some sizes (32, 64, 80,
+    # ...; not the zoo's 8-20), so the vLLM micro models set 32
+    head_dim: int | None = None
 
     @property
     def architecture(self) -> str:
         return "Qwen3ForCausalLM" if self.family == "qwen" else "LlamaForCausalLM"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "architecture": self.architecture}
+        fields = asdict(self)
+        if fields["head_dim"] is None:  # the zoo's cards (and identities) as before it existed
+            del fields["head_dim"]
+        return {**fields, "architecture": self.architecture}
 
 
 def _spec(
@@ -112,7 +118,7 @@ def make_config(spec: ZooSpec, tokenizer: PreTrainedTokenizerBase) -> Pretrained
         num_hidden_layers=spec.num_layers,
         num_attention_heads=spec.num_heads,
         num_key_value_heads=spec.num_kv_heads,
-        head_dim=spec.hidden_size // spec.num_heads,
+        head_dim=spec.head_dim or spec.hidden_size // spec.num_heads,
         max_position_embeddings=spec.max_position_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         tie_word_embeddings=True,
