@@ -73,3 +73,50 @@ def test_a_model_vllm_refuses_is_one_line_before_anything_starts(
                 "eval.backend=vllm"], cli_env(root, vllm_zoo), tmp_path)
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert dry.stdout.strip().splitlines()[-1].endswith("(verl): ok")
+
+
+def _outcomes(root: Path, run_id: str, protocol: str = "main") -> list[tuple]:
+    """The run's outcomes table as sorted (benchmark, problem, sample, answer, correct) rows."""
+    import pyarrow.parquet as pq
+    from mlflow.tracking import MlflowClient
+
+    from hacrl.schema import eval_artifacts as A
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    path = client.download_artifacts(run_id, A.outcomes(protocol), str(root / f"dl-{run_id}"))
+    table = pq.read_table(path).to_pylist()
+    return sorted(tuple(row[name] for name, _ in A.OUTCOME_COLUMNS) for row in table)
+
+
+def _eval_run(root: Path) -> tuple[str, dict[str, float], dict[str, str]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    ids = [e.experiment_id for e in client.search_experiments()]
+    (run,) = client.search_runs(ids, "tags.`hacrl.kind` = 'eval'")
+    return run.info.run_id, run.data.metrics, run.data.tags
+
+
+def test_hacrl_eval_through_vllm_scores_what_hf_scores(
+        hacrl_cmd: list[str], cli_env: Callable[..., dict[str, str]], vllm_zoo: Path,
+        tmp_path: Path) -> None:
+    """`hacrl eval --model M eval.backend=vllm`: lm-eval's vllm model with our task files, the
+    protocol's token budget and max_model_len (eval.vllm.max_prompt_tokens + max_new_tokens);
+    greedy, it gives each problem the answer the hf backend gives (the outcomes tables are
+    equal row by row, so the scores are), for both tokenizers."""
+    common = ["eval.benchmarks=[tiny_gsm8k,tiny_amc23]", "--limit", "40"]
+    for model in ("qwen3-1.7b-base", "llama3.2-1b-instruct"):
+        scores = {}
+        for backend in ("vllm", "hf"):
+            root = tmp_path / f"{model}-{backend}"
+            out = _run([*hacrl_cmd, "eval", "--model", model, f"eval.backend={backend}", *common],
+                       cli_env(root, vllm_zoo), tmp_path)
+            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+            run_id, metrics, tags = _eval_run(root)
+            assert tags["hacrl.eval.main.backend"] == backend
+            scores[backend] = ({k: v for k, v in metrics.items() if k.startswith("eval/main/")
+                                and k.endswith("/acc")}, _outcomes(root, run_id))
+        vllm_scores, vllm_rows = scores["vllm"]
+        hf_scores, hf_rows = scores["hf"]
+        assert len(vllm_rows) == 80 and vllm_rows == hf_rows, model
+        assert vllm_scores == hf_scores and 0 < vllm_scores["eval/main/avg/acc"] < 1, vllm_scores

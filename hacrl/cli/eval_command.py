@@ -29,7 +29,7 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
 
     from hacrl.config import ConfigError, compose, model_path
     from hacrl.config.protocol import Protocol
-    from hacrl.config.vllm_models import check_vllm_model
+    from hacrl.config.vllm_models import check_vllm_length, check_vllm_model
     from hacrl.core.layout import Layout
     from hacrl.evaluation import runner
     from hacrl.job.lock import evaluation_lock
@@ -65,6 +65,10 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
         if str(cfg.eval.backend) == "vllm" and not args.run:  # (a run's model: below)
             check_vllm_model("eval.backend", args.model or args.checkpoint, model,
                              str(cfg.eval.dtype))
+            check_vllm_length(args.model or args.checkpoint, model,
+                              int(cfg.eval.vllm.max_prompt_tokens),
+                              {f"eval.protocols.{p.name}.max_new_tokens": p.max_new_tokens
+                               for p in Protocol.in_use(cfg.eval)})
         with evaluation_lock(output_root, model, args.model or args.checkpoint or args.run):
             if args.model:
                 target = runner.target_from_model(tracker, cfg, args.model, model)

@@ -195,6 +195,15 @@ def _token_budget_check(cfg: DictConfig, agents: tuple[AgentSpec, ...]) -> None:
     if cfg.eval.at_end:
         for protocol in Protocol.in_use(cfg.eval):
             budgets[f"eval.protocols.{protocol.name}.max_new_tokens"] = protocol.max_new_tokens
+    # vLLM allocates max_model_len = eval.vllm.max_prompt_tokens + the response budget, and
+    # refuses a length past the model's positions (its rollouts and its evaluation alike)
+    prompt = int(cfg.eval.vllm.max_prompt_tokens)
+    vllm_lengths: dict[str, int] = {}
+    if cfg.engine.name == "verl" and str(cfg.engine.rollout.name) == "vllm":
+        vllm_lengths["rollout.max_new_tokens"] = int(cfg.rollout.max_new_tokens)
+    if cfg.eval.at_end and str(cfg.eval.backend) == "vllm":
+        for protocol in Protocol.in_use(cfg.eval):
+            vllm_lengths[f"eval.protocols.{protocol.name}.max_new_tokens"] = protocol.max_new_tokens
     for agent in agents:
         card = Path(agent.path) / "config.json"
         if not card.is_file():
@@ -203,11 +212,17 @@ def _token_budget_check(cfg: DictConfig, agents: tuple[AgentSpec, ...]) -> None:
             positions = json.loads(card.read_text()).get("max_position_embeddings")
         except (OSError, ValueError):
             continue  # damaged_weights / the loader name what is wrong with the model
+        if not isinstance(positions, int):
+            continue
         for key, tokens in budgets.items():
-            if isinstance(positions, int) and tokens >= positions:
+            if tokens >= positions:
                 raise ConfigError(f"{key}={tokens}: agent {agent.name} ({agent.path}) holds at "
                                   f"most {positions} positions (max_position_embeddings), prompt "
                                   f"included; use a budget below {positions}")
+        if vllm_lengths:
+            from hacrl.config.vllm_models import check_vllm_length
+
+            check_vllm_length(f"agent {agent.name}", agent.path, prompt, vllm_lengths)
 
 
 def _vllm_check(cfg: DictConfig, agents: tuple[AgentSpec, ...]) -> None:

@@ -75,4 +75,27 @@ def check_vllm_model(key: str, name: str, model_path: str, dtype: str) -> None:
         raise ConfigError(f"{key}=vllm: vLLM on CPU refuses {name} ({model_path}): {reason}")
 
 
-__all__ = ["check_vllm_model", "cpu_attention_limits", "head_dim", "refusal"]
+def check_vllm_length(name: str, model_path: str, prompt_tokens: int,
+                      budgets: dict[str, int]) -> None:
+    """vLLM allocates max_model_len = `prompt_tokens` (eval.vllm.max_prompt_tokens) + a response
+    budget (`budgets`: its key -> tokens) and refuses a length past the model's positions: one
+    ConfigError naming both keys and the largest prompt budget that fits. A hub id (no local
+    config.json) is left to vLLM."""
+    card = Path(model_path) / "config.json"
+    try:
+        config = json.loads(card.read_text())
+    except (OSError, ValueError):
+        return
+    positions = (config.get("text_config") or config).get("max_position_embeddings")
+    if not isinstance(positions, int):
+        return
+    for key, tokens in budgets.items():
+        if prompt_tokens + tokens > positions:
+            raise ConfigError(
+                f"eval.vllm.max_prompt_tokens={prompt_tokens}: with {key}={tokens}, vLLM's "
+                f"max_model_len {prompt_tokens + tokens} is past {name}'s {positions} positions "
+                f"({model_path}, max_position_embeddings); use at most {positions - tokens}")
+
+
+__all__ = ["check_vllm_length", "check_vllm_model", "cpu_attention_limits", "head_dim",
+           "refusal"]
