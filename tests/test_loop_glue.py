@@ -159,27 +159,41 @@ def test_config_values_reach_the_loop_and_the_loss(micro_zoo):
     assert settings.sampling.top_p == pytest.approx(0.9)
 
 
-def test_both_engines_get_the_jobs_one_optimizer_settings(micro_zoo):
+OPTIMIZER = ("train.lr=3e-5", "train.betas=[0.8,0.95]", "train.weight_decay=0.05",
+             "train.grad_clip=0.5")  # each off its default
+
+
+def test_the_local_engine_gets_the_jobs_one_optimizer_settings(micro_zoo):
     """The optimizer settings are built once (`JobSpec.optimizer`) from values set off every
-    default, and both engines read that object: the local engine's AdamW and clip, and verl's
-    `actor.optim` section (built from the agent's `EngineContext`, as the verl engine and the
-    dry run build it) carry the same numbers."""
-    from hacrl.engines.verl.translate import agent_verl_config
+    default, travel in the agent's `EngineContext`, and are the local engine's AdamW and clip
+    (verl's side: the test below)."""
     from hacrl.job import engine_context
 
-    spec = _job(micro_zoo, "hacpo", "train.lr=3e-5", "train.betas=[0.8,0.95]",
-                "train.weight_decay=0.05", "train.grad_clip=0.5", "engine=verl",
-                "engine.device=cpu")
+    spec = _job(micro_zoo, "hacpo", *OPTIMIZER)
     assert spec.optimizer == OptimizerSettings(3e-5, (0.8, 0.95), 0.05, 0.5)
     context = engine_context(spec, spec.agents[0], 0, len(spec.agents), micro_zoo)
     assert context.optimizer is spec.optimizer and context.loss is spec.settings.loss
-    optim = agent_verl_config(context, spec.agents[0].path).actor_rollout_ref.actor.optim
-    assert (optim.lr, list(optim.betas), optim.weight_decay, optim.clip_grad) == (
-        3e-5, [0.8, 0.95], 0.05, 0.5)
     local = LocalEngine(spec.agents[0].path, optimizer=context.optimizer, device="cpu")
     group = local.optimizer.param_groups[0]
     assert (group["lr"], group["betas"], group["weight_decay"], local.grad_clip) == (
         3e-5, (0.8, 0.95), 0.05, 0.5)
+
+
+@pytest.mark.verl
+def test_verl_gets_the_same_optimizer_settings(micro_zoo):
+    """verl's `actor.optim` section, built from the agent's `EngineContext` as the verl engine
+    and the dry run build it, carries the job's `OptimizerSettings`, not a second reading of
+    the config."""
+    pytest.importorskip("verl", reason="verl's config needs the [verl] extra")
+    from hacrl.engines.verl.translate import agent_verl_config
+    from hacrl.job import engine_context
+
+    spec = _job(micro_zoo, "hacpo", *OPTIMIZER, "engine=verl", "engine.device=cpu")
+    context = engine_context(spec, spec.agents[0], 0, len(spec.agents), micro_zoo)
+    assert context.optimizer is spec.optimizer
+    optim = agent_verl_config(context, spec.agents[0].path).actor_rollout_ref.actor.optim
+    assert (optim.lr, list(optim.betas), optim.weight_decay, optim.clip_grad) == (
+        3e-5, [0.8, 0.95], 0.05, 0.5)
 
 # -- one step of the loop: what every row of every update carries ------------------------------
 

@@ -120,3 +120,94 @@ def test_hacrl_eval_through_vllm_scores_what_hf_scores(
         hf_scores, hf_rows = scores["hf"]
         assert len(vllm_rows) == 80 and vllm_rows == hf_rows, model
         assert vllm_scores == hf_scores and 0 < vllm_scores["eval/main/avg/acc"] < 1, vllm_scores
+
+
+JOB = [*VERL_VLLM, "method=hacpo", *PAIR, "train.steps=2", "train.save_every=1",
+       "train.prompts_per_step=4", "train.minibatch_prompts=2", "train.rollouts_per_prompt=4",
+       "rollout.max_new_tokens=12", "task.train_split=tiny_gsm8k", "validation.every=1",
+       "validation.benchmark=tiny_gsm8k", "validation.problems=40",
+       "eval.benchmarks=[tiny_gsm8k]", "eval.protocols.main.limit=40", "eval.backend=vllm"]
+
+
+def _kill_tree(job: subprocess.Popen[str]) -> None:
+    """SIGKILL a job and everything it started (Ray, vLLM's processes), like a scheduler."""
+    import psutil
+
+    try:
+        children = psutil.Process(job.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    job.kill()
+    job.wait(timeout=60)
+    for p in children:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(children, timeout=30)
+
+
+def _curves(root: Path, keys: tuple[str, ...]) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(agent, metric) -> its history, from the agent runs of the newest job run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    ids = [e.experiment_id for e in client.search_experiments()]
+    (job, *_) = client.search_runs(ids, "tags.`hacrl.kind` = 'job'", order_by=["start_time DESC"])
+    kids = client.search_runs(ids, f"tags.`mlflow.parentRunId` = '{job.info.run_id}'")
+    return {(r.data.tags["model"], key): sorted((m.step, m.value) for m in
+                                                client.get_metric_history(r.info.run_id, key))
+            for r in kids for key in keys}
+
+
+@pytest.mark.timeout(2400)
+def test_a_hacpo_job_through_vllm_resumes_after_sigkill_with_the_same_curves(
+        hacrl_cmd: list[str], cli_env: Callable[..., dict[str, str]], vllm_zoo: Path,
+        tmp_path: Path, assert_varies: Callable[..., None]) -> None:
+    """`hacrl train engine=verl engine.device=cpu engine.rollout.name=vllm eval.backend=vllm`,
+    HACPO on a two-tokenizer pair: rollouts and greedy validation from vLLM replicas fed the
+    actors' weights before each rollout, checkpoints, the final evaluation through lm-eval's
+    vllm model with its outcomes table; SIGKILLed after its first checkpoint, the same command
+    resumes, and its curves equal an uninterrupted run's."""
+    import signal
+    import time
+
+    root = tmp_path / "out"
+    args = [*hacrl_cmd, "train", *JOB]
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen(args, env={**cli_env(root, vllm_zoo), "RAY_AUTH_MODE": "disabled"},
+                                 stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                 start_new_session=True, text=True)
+        try:
+            while not list(root.glob("runs/*/team-0/ckpt/step_*/COMPLETE")):
+                assert first.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
+                time.sleep(0.05)
+        finally:
+            _kill_tree(first)
+    assert first.returncode == -signal.SIGKILL, "the first run finished before it was killed"
+    second = _run(args, cli_env(root, vllm_zoo), tmp_path, timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    straight_root = tmp_path / "straight"
+    third = _run(args, cli_env(straight_root, vllm_zoo), tmp_path, timeout=900)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+
+    keys = ("reward/mean", "loss/total", "grad_norm", "capability/P", "val/tiny_gsm8k/acc")
+    resumed, straight = _curves(root, keys), _curves(straight_root, keys)
+    assert sorted(resumed) == sorted(straight) and len(resumed) == 2 * len(keys)
+    for key, curve in straight.items():
+        assert [s for s, _ in resumed[key]] == [s for s, _ in curve] and curve, key
+        for (_, a), (_, b) in zip(resumed[key], curve, strict=True):
+            assert abs(a - b) <= 1e-6 * max(1.0, abs(b)), (key, resumed[key], curve)
+    for key in keys:
+        assert_varies(key, *(c for (_, k), c in straight.items() if k == key))
+    # the final evaluation went through vLLM, and its per-problem outcomes are logged
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{straight_root / 'mlflow.db'}")
+    ids = [e.experiment_id for e in client.search_experiments()]
+    agents = client.search_runs(ids, "tags.`hacrl.kind` = 'agent'")
+    assert sorted(r.data.tags["model"] for r in agents) == ["llama3.2-1b-instruct",
+                                                            "qwen3-1.7b-base"]
+    for run in agents:
+        assert run.data.tags["hacrl.eval.main.backend"] == "vllm"
+        assert len(_outcomes(straight_root, run.info.run_id)) == 40
