@@ -118,6 +118,9 @@ def test_hacrl_eval_through_vllm_scores_what_hf_scores(
                                 and k.endswith("/acc")}, _outcomes(root, run_id))
         vllm_scores, vllm_rows = scores["vllm"]
         hf_scores, hf_rows = scores["hf"]
+        for name in sorted(vllm_scores):  # for the CI log (pytest -rP)
+            print(f"{model} {name}: vllm {vllm_scores[name]:.4f}, hf {hf_scores.get(name, -1):.4f}; "
+                  f"outcomes equal: {vllm_rows == hf_rows} ({len(vllm_rows)} rows)")
         assert len(vllm_rows) == 80 and vllm_rows == hf_rows, model
         assert vllm_scores == hf_scores and 0 < vllm_scores["eval/main/avg/acc"] < 1, vllm_scores
 
@@ -200,6 +203,8 @@ def test_a_hacpo_job_through_vllm_resumes_after_sigkill_with_the_same_curves(
             assert abs(a - b) <= 1e-6 * max(1.0, abs(b)), (key, resumed[key], curve)
     for key in keys:
         assert_varies(key, *(c for (_, k), c in straight.items() if k == key))
+    for (agent, key), curve in sorted(straight.items()):  # for the CI log (pytest -rP)
+        print(f"{agent} {key}: {[round(v, 4) for _, v in curve]} (resumed: equal)")
     # the final evaluation went through vLLM, and its per-problem outcomes are logged
     from mlflow.tracking import MlflowClient
 
