@@ -201,10 +201,10 @@ def test_a_hacpo_job_through_vllm_resumes_after_sigkill_with_the_same_curves(
         assert [s for s, _ in resumed[key]] == [s for s, _ in curve] and curve, key
         for (_, a), (_, b) in zip(resumed[key], curve, strict=True):
             assert abs(a - b) <= 1e-6 * max(1.0, abs(b)), (key, resumed[key], curve)
-    for key in keys:
-        assert_varies(key, *(c for (_, k), c in straight.items() if k == key))
-    for (agent, key), curve in sorted(straight.items()):  # for the CI log (pytest -rP)
-        print(f"{agent} {key}: {[round(v, 4) for _, v in curve]} (resumed: equal)")
+    for metric in keys:
+        assert_varies(metric, *(c for (_, k), c in straight.items() if k == metric))
+    for (agent, metric), curve in sorted(straight.items()):  # for the CI log (pytest -rP)
+        print(f"{agent} {metric}: {[round(v, 4) for _, v in curve]} (resumed: equal)")
     # the final evaluation went through vLLM, and its per-problem outcomes are logged
     from mlflow.tracking import MlflowClient
 
