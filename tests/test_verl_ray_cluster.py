@@ -451,7 +451,10 @@ def test_ray_processes_outlive_slurms_usr2_and_this_process_still_gets_it(fast: 
         node = rn._launch(_python("import subprocess, sys, time; subprocess.Popen([sys.executable,"
                                   " '-c', 'import time; time.sleep(60)']); time.sleep(60)"))
         with rn.children_deaf_to_usr2():
-            os.kill(os.getpid(), signal.SIGUSR2)
+            # to this thread: a signal to the process may reach another thread of the test
+            # process (one an earlier test left), which does not block it (SLURM's to the job
+            # may too: the job then acts on it at once, as it would after the block)
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR2)
             assert not got  # held while the children start
         assert got == [signal.SIGUSR2]
         threading.Event().wait(0.5)  # its child started
