@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -167,6 +168,30 @@ def _build_micro_zoo(root: Path, solve: dict[str, float]) -> None:
             build_micro_model(family, root / name, seed=seed, sft_steps=600, solve=solve[name])
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def kill_tree() -> Callable[[subprocess.Popen], None]:
+    """`kill_tree(job)`: SIGKILL a job and everything it started (its Ray and vLLM processes
+    too), like a scheduler: the job first, then what is left of its children."""
+
+    def kill(job: subprocess.Popen) -> None:
+        import psutil
+
+        try:
+            children = psutil.Process(job.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        job.kill()  # with its Ray processes gone, Ray's driver would exit by itself
+        job.wait(timeout=60)
+        for p in children:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(children, timeout=30)
+
+    return kill
 
 
 @pytest.fixture(scope="session")

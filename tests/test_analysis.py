@@ -3,7 +3,6 @@ reasons, mean ± std, claims, figures, the report folder and its MLflow run, `ha
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -19,19 +18,8 @@ from analysis.tables_cost import runtime_table
 from hacrl.config import ConfigError, compose
 from hacrl.schema.sweep_manifest import CellRecord as Cell
 from hacrl.schema.sweep_manifest import MethodRecord
-from hacrl.sweep.grid import all_grids, method_records, pair_record, pair_records
+from hacrl.sweep.grid import all_grids, pair_record, recorded_facts
 from hacrl.tracking import Tracker
-
-_RECORDED: dict[str, dict] = {}
-
-
-def recorded(grids: dict) -> dict:
-    """The manifest's `pairs` and `methods` for `grids`, as a sweep records them."""
-    key = json.dumps(grids, sort_keys=True)
-    if key not in _RECORDED:
-        _RECORDED[key] = {"pairs": pair_records(grids, compose), "methods": method_records()}
-    return _RECORDED[key]
-
 
 SIZE = Pair.of("size", pair_record("size", compose))           # qwen3-1.7b-base + qwen3-4b-base
 LARGE = Pair.of("size_large", pair_record("size_large", compose))    # qwen3-4b-base + qwen3-8b-base
@@ -133,7 +121,7 @@ def world(tmp_path: Path) -> tuple[Context, dict[str, str]]:
     for cid, wall in (("t_hacpo", 30.0), (f"t_gspo_x2_{SMALL}", 20.0),
                       (f"t_gspo_x2_{BIG}", 25.0), (f"t_gspo_{SMALL}", 10.0)):
         store.run("job", cid, cid, None, {"time/wall_s": wall})
-    return Context(open_store(store.uri), cells, "tiny", all_grids(), **recorded(all_grids())), ids
+    return Context(open_store(store.uri), cells, "tiny", all_grids(), **recorded_facts(all_grids(), compose)), ids
 
 
 def _row(table, section: str, row: str) -> dict:

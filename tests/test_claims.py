@@ -5,7 +5,6 @@ not testable where the runs logged no outcomes)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -23,19 +22,8 @@ from analysis.verdicts import Comparison
 from hacrl.config import compose
 from hacrl.schema import eval_artifacts as A
 from hacrl.schema.sweep_manifest import CellRecord as Cell
-from hacrl.sweep.grid import all_grids, method_records, pair_record, pair_records
+from hacrl.sweep.grid import all_grids, pair_record, recorded_facts
 from hacrl.tracking import Tracker
-
-_RECORDED: dict[str, dict] = {}
-
-
-def recorded(grids: dict) -> dict:
-    """The manifest's `pairs` and `methods` for `grids`, as a sweep records them."""
-    key = json.dumps(grids, sort_keys=True)
-    if key not in _RECORDED:
-        _RECORDED[key] = {"pairs": pair_records(grids, compose), "methods": method_records()}
-    return _RECORDED[key]
-
 
 SIZE = Pair.of("size", pair_record("size", compose))
 SMALL, BIG = SIZE.agents
@@ -116,7 +104,7 @@ def world(tmp_path: Path) -> Context:
     grids = all_grids()
     grids["table1"] = [{"pair": ["size"], "method": ["gspo", "gspo_x2", "naive", "hacpo"],
                         "protocol": ["main"]}]
-    return Context(open_store(uri), cells, "tiny", grids, **recorded(grids))
+    return Context(open_store(uri), cells, "tiny", grids, **recorded_facts(grids, compose))
 
 
 def test_table1_cells_carry_intervals_and_paired_differences(world: Context) -> None:
@@ -176,7 +164,7 @@ def test_seeds_evaluated_on_math500_alone_keep_their_interval_and_stay_out_of_av
     grids = dict(world.grids or {})
     grids["seeds"] = [{"pair": ["size"], "method": ["hacpo"], "seed": [0, 1, 42, 1337, 3407],
                        "protocol": ["main"], "benchmarks": ["math500"]}]
-    ctx = Context(open_store(tracker.uri), cells, "tiny", grids, **recorded(grids))  # a store that sees them
+    ctx = Context(open_store(tracker.uri), cells, "tiny", grids, **recorded_facts(grids, compose))  # a store that sees them
     table6 = seeds_table(ctx)
     (row,) = [es for _, r, es in table6.rows if r == f"{SMALL} · HACPO"]
     assert all(e.interval is not None for e in row[:5]), [e.ours_text() for e in row]  # every seed
@@ -241,7 +229,7 @@ def test_fed_the_papers_numbers_the_table_reprints_them_without_inventing_interv
     grids = all_grids()
     grids["table1"] = [{"pair": ["state", "size", "model"],
                         "method": ["grpo", "gspo", "gspo_x2", "naive", "hacpo"]}]
-    ctx = Context(open_store(f"sqlite:///{tmp_path / 'mlflow.db'}"), cells, "tiny", grids, **recorded(grids))
+    ctx = Context(open_store(f"sqlite:///{tmp_path / 'mlflow.db'}"), cells, "tiny", grids, **recorded_facts(grids, compose))
     table = benchmark_table(ctx, "table1", "Table 1", "table1", "table1_main")
     assert len(table.rows) == 3 * 2 * 5
     for _, row, entries in table.rows:
@@ -260,7 +248,8 @@ def test_fed_the_papers_numbers_the_table_reprints_them_without_inventing_interv
 
 
 def test_a_one_seed_comparison_says_it_covers_problem_sampling_only(world: Context) -> None:
-    one_seed = Context(world.store, [c for c in world.cells if c.seed == 0], "tiny", world.grids, **recorded(world.grids))
+    one_seed = Context(world.store, [c for c in world.cells if c.seed == 0], "tiny", world.grids,
+                       pairs=world.pairs, methods=world.methods)
     table = benchmark_table(one_seed, "table1", "Table 1", "table1", "table1_main")
     claims = {c.text: c for c in check({"table1": table}, one_seed)}
     above = claims["HACPO is above GSPOx2 (AVG) for every agent of every Table-1 pair"]

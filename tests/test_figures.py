@@ -5,7 +5,6 @@ are), the figures built from it, and their matplotlib objects checked against th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,8 @@ from hacrl.config import compose
 from hacrl.evaluation.outcome_table import SCHEMA, write_outcomes
 from hacrl.schema import eval_artifacts as A
 from hacrl.schema.sweep_manifest import CellRecord
-from hacrl.sweep.grid import method_records, pair_record, pair_records
+from hacrl.sweep.grid import pair_record, recorded_facts
 from hacrl.tracking import Tracker
-
-_RECORDED: dict[str, dict] = {}
-
-
-def recorded(grids: dict) -> dict:
-    """The manifest's `pairs` and `methods` for `grids`, as a sweep records them."""
-    key = json.dumps(grids, sort_keys=True)
-    if key not in _RECORDED:
-        _RECORDED[key] = {"pairs": pair_records(grids, compose), "methods": method_records()}
-    return _RECORDED[key]
-
 
 SIZE = Pair.of("size", pair_record("size", compose))
 SMALL, BIG = SIZE.agents
@@ -142,7 +130,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Context, World]:
         w.cells.append(c)
         for agent in SIZE.agents:
             w.run(c, agent, 0.5, "ablation", outcomes=outcomes)
-    ctx = Context(open_store(w.tracker.uri), w.cells, "tiny", GRIDS, **recorded(GRIDS))
+    ctx = Context(open_store(w.tracker.uri), w.cells, "tiny", GRIDS, **recorded_facts(GRIDS, compose))
     return ctx, w
 
 

@@ -25,7 +25,7 @@ from hacrl.schema.sweep_manifest import (
     read_manifest,
     write_manifest,
 )
-from hacrl.sweep.grid import SWEEP_DIR, expand, method_records, pair_records
+from hacrl.sweep.grid import SWEEP_DIR, expand, recorded_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,8 +195,7 @@ class FakeRun:
         cells = expand("table2", lambda o: compose([f"output_root={self.root}", *o])).cells
         self.manifest = SweepManifest("table2", list(cells), tracking_uri="sqlite:///x",
                                       tables=self.tables, figures=[], grids=self.grids,
-                                      pairs=pair_records(self.grids, compose),
-                                      methods=method_records())
+                                      **recorded_facts(self.grids, compose))
         if self.fail:
             raise SweepFailed("1 of 2 cells did not finish")
         return []

@@ -236,28 +236,10 @@ JOB = ["engine=verl", "engine.device=cpu", "method=hacpo", f"agents=[{','.join(T
        "validation.every=1", "validation.benchmark=tiny_amc23", "eval.benchmarks=[tiny_gsm8k]"]
 
 
-def _kill_tree(job) -> None:  # noqa: ANN001 (a Popen)
-    """SIGKILL a job and everything it started (its Ray processes too), like a scheduler."""
-    import psutil
-
-    try:
-        children = psutil.Process(job.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    job.kill()  # the job first: with its Ray processes gone, Ray's driver would exit by itself
-    job.wait(timeout=60)
-    for p in children:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(children, timeout=30)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # two verl jobs on CPU, the second up to 600 s
 def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacrl_cmd, cli_env,
-                                                  tmp_path, ray_env, assert_varies):
+                                                  tmp_path, ray_env, assert_varies, kill_tree):
     """`hacrl train engine=verl engine.device=cpu` with two tokenizers and KL: MLflow runs with
     the loop's and verl's metrics, verl checkpoints with HF copies, evaluation from the copy;
     SIGKILLed after its first checkpoint, the same command resumes and its curves equal an
@@ -283,7 +265,7 @@ def test_job_two_tokenizers_kl_sigkill_and_resume(job_env, new_output_root, hacr
                 assert first.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
                 time.sleep(0.05)
         finally:
-            _kill_tree(first)
+            kill_tree(first)
     assert first.returncode == -signal.SIGKILL, "the first run finished before it was killed"
     second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600,
                             cwd=tmp_path)

@@ -133,24 +133,6 @@ JOB = [*VERL_VLLM, "method=hacpo", *PAIR, "train.steps=2", "train.save_every=1",
        "eval.benchmarks=[tiny_gsm8k]", "eval.protocols.main.limit=40", "eval.backend=vllm"]
 
 
-def _kill_tree(job: subprocess.Popen[str]) -> None:
-    """SIGKILL a job and everything it started (Ray, vLLM's processes), like a scheduler."""
-    import psutil
-
-    try:
-        children = psutil.Process(job.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    job.kill()
-    job.wait(timeout=60)
-    for p in children:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(children, timeout=30)
-
-
 def _curves(root: Path, keys: tuple[str, ...]) -> dict[tuple[str, str], list[tuple[int, float]]]:
     """(agent, metric) -> its history, from the agent runs of the newest job run."""
     from mlflow.tracking import MlflowClient
@@ -167,7 +149,8 @@ def _curves(root: Path, keys: tuple[str, ...]) -> dict[tuple[str, str], list[tup
 @pytest.mark.timeout(2400)
 def test_a_hacpo_job_through_vllm_resumes_after_sigkill_with_the_same_curves(
         hacrl_cmd: list[str], cli_env: Callable[..., dict[str, str]], vllm_zoo: Path,
-        tmp_path: Path, assert_varies: Callable[..., None]) -> None:
+        tmp_path: Path, assert_varies: Callable[..., None],
+        kill_tree: Callable[[subprocess.Popen[str]], None]) -> None:
     """`hacrl train engine=verl engine.device=cpu engine.rollout.name=vllm eval.backend=vllm`,
     HACPO on a two-tokenizer pair: rollouts and greedy validation from vLLM replicas fed the
     actors' weights before each rollout, checkpoints, the final evaluation through lm-eval's
@@ -188,7 +171,7 @@ def test_a_hacpo_job_through_vllm_resumes_after_sigkill_with_the_same_curves(
                 assert first.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
                 time.sleep(0.05)
         finally:
-            _kill_tree(first)
+            kill_tree(first)
     assert first.returncode == -signal.SIGKILL, "the first run finished before it was killed"
     second = _run(args, cli_env(root, vllm_zoo), tmp_path, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]

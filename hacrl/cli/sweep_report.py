@@ -27,8 +27,7 @@ from hacrl.sweep.grid import (
     all_grids,
     expand,
     load_report_keys,
-    method_records,
-    pair_records,
+    recorded_facts,
 )
 from hacrl.sweep.state import read_rebased_manifest
 
@@ -129,6 +128,5 @@ def report_record(name: str, overrides: list[str], cfg: DictConfig,
                          tracking_uri=manifest.tracking_uri if manifest else "",
                          tables=definition.tables, figures=definition.figures,
                          grids=definition.grids,
-                         pairs=pair_records(definition.grids,
-                                            lambda extra: compose([*overrides, *extra])),
-                         methods=method_records())
+                         **recorded_facts(definition.grids,
+                                          lambda extra: compose([*overrides, *extra])))

@@ -331,6 +331,11 @@ def pair_records(grids: dict[str, list[dict[str, Any]]],
     return {key: pair_record(key, compose) for key in keys}
 
 
+def recorded_facts(grids: dict[str, list[dict[str, Any]]], compose: Compose) -> dict[str, Any]:
+    """What a manifest records for the report next to `grids`: `pairs` and `methods`."""
+    return {"pairs": pair_records(grids, compose), "methods": method_records()}
+
+
 def pair_record(key: str, compose: Compose) -> PairRecord:
     """Pair option `key` (experiments/pair/<key>.yaml) as `compose` makes it."""
     pair = compose([f"pair={key}"]).pair

@@ -38,8 +38,7 @@ from hacrl.sweep.grid import (
     composing_once,
     expand,
     load_report_keys,
-    method_records,
-    pair_records,
+    recorded_facts,
 )
 from hacrl.sweep.grid import sweep_dirs as searched_sweep_dirs
 from hacrl.sweep.progress import LiveProgress
@@ -244,7 +243,7 @@ class SweepRun:
             asked=expansion.asked, tracking_uri=uri, created=time.time(),
             tables=list(dict.fromkeys(t for k in keys for t in k.tables)),
             figures=list(dict.fromkeys(f for k in keys for f in k.figures)),
-            grids=grids, pairs=pair_records(grids, self.compose), methods=method_records())
+            grids=grids, **recorded_facts(grids, self.compose))
 
     def _parallel(self, threads_per_job: int) -> int:
         if type(self.launcher).__name__ == "BasicLauncher":
