@@ -130,6 +130,11 @@ def test_vllm_model_args_size_the_context_from_the_protocol() -> None:
     assert args["max_model_len"] == 1000 + 4096
     assert (args["tensor_parallel_size"], args["data_parallel_size"]) == (2, 4)
     assert args["enable_thinking"] is False and args["dtype"] == "bfloat16" and args["seed"] == 3
+    # on a GPU vLLM sizes its cache from gpu_memory_utilization; on vLLM's CPU build it is set
+    assert "kv_cache_memory_bytes" not in args
+    on_cpu = compose(["eval.backend=vllm", "eval.vllm.cpu_kv_cache_gib=3"]).eval
+    assert Backend.from_config(on_cpu, "auto").model_args("/m", protocol, 0, vllm_on_cpu=True)[
+        "kv_cache_memory_bytes"] == 3 * 2**30
     hf = Backend.from_config(compose([]).eval, "cpu").model_args("/m", protocol, seed=0)
     assert hf["device"] == "cpu" and "max_model_len" not in hf
     with pytest.raises(ConfigError, match="eval.backend=tpu"):

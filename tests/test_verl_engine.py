@@ -890,3 +890,18 @@ def test_vllm_on_cpu_without_vllm_says_how_to_install_it() -> None:
     cfg = compose(["engine=verl", "engine.device=cpu", "engine.rollout.name=vllm"])
     with pytest.raises(ConfigError, match="install_vllm_cpu.sh"):
         rollout_name(cfg)
+
+
+def test_a_rollout_prompt_over_the_vllm_budget_is_one_line_before_anything_is_sent() -> None:
+    """vLLM refuses a prompt longer than max_model_len - the response budget deep inside a
+    replica; the engine refuses it first, naming the key, the agent and the longest."""
+    from hacrl.engines.verl.generation import refuse_long_prompts
+
+    refuse_long_prompts("qwen3-1.7b-base", [[1] * 24, [2] * 3], 24)  # at the budget: fine
+    with pytest.raises(ConfigError) as caught:
+        refuse_long_prompts("qwen3-1.7b-base", [[1] * 24, [2] * 25, [3] * 30], 24)
+    assert str(caught.value) == (
+        "eval.vllm.max_prompt_tokens=24: qwen3-1.7b-base's vLLM rollout got 2 of 3 prompts "
+        "longer than it (the longest 30 tokens in qwen3-1.7b-base's chat template), whose "
+        "responses vLLM would cut short; set eval.vllm.max_prompt_tokens=30 or more and rerun "
+        "the same command (the job resumes from its newest checkpoint)")

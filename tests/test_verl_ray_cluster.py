@@ -537,6 +537,44 @@ def test_a_worker_that_dies_under_a_call_is_one_engine_error_naming_the_agent() 
         Stand(ValueError("not Ray's")).train_minibatch()
 
 
+def test_a_vllm_server_whose_engine_died_is_one_engine_error_saying_so() -> None:
+    """vLLM's engine processes die under a rollout (killed for memory): the server actor lives
+    and its call fails with vLLM's EngineDeadError, which Ray wraps in a RayTaskError. The
+    engine says it in one line: the agent, the rollout server's engine, what to do."""
+    pytest.importorskip("ray")
+    import ray.exceptions as rex
+
+    from hacrl.core.errors import EngineError
+    from hacrl.engines.verl.ray_nodes import dead_vllm_engine, worker_faults
+
+    class VLLMServerError(Exception):
+        pass
+
+    class EngineDeadError(VLLMServerError):  # vllm.v1.engine.exceptions' (by name)
+        pass
+
+    class Stand:
+        context = type("Context", (), {"agent_name": "llama3.2-1b-instruct"})()
+
+        @worker_faults
+        def generate(self, err: Exception) -> None:
+            raise err
+
+    # vLLM's EngineDeadError passes its message first and the caller's after it
+    died = EngineDeadError("EngineCore encountered an issue.\nSee stack trace", "more")
+    for err in (rex.RayTaskError("generate", "Traceback ...", died).as_instanceof_cause(),
+                rex.RayTaskError("generate", "Traceback ...", died), died):
+        with pytest.raises(EngineError) as caught:
+            Stand().generate(err)
+        message = str(caught.value)
+        assert message.startswith(
+            "llama3.2-1b-instruct: its vLLM rollout server's engine died during generate "
+            "(EngineDeadError: EngineCore encountered an issue. See stack trace); "), message
+        assert "\n" not in message and "rerun the same command" in message
+    assert dead_vllm_engine(rex.RayTaskError("generate", "...", VLLMServerError("x"))) is None
+    assert dead_vllm_engine(ValueError("EngineDeadError")) is None
+
+
 # -- edges the mutation run (scripts/mutation.py ray) found untested -------------------------
 
 def test_node_list_errors_name_the_whole_list_and_single_ranges_expand() -> None:

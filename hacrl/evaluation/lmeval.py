@@ -99,6 +99,7 @@ class Backend:
     gpu_memory_utilization: float = 0.85
     max_prompt_tokens: int = 1024
     greedy_batch_size: int | None = None  # hf: greedy requests' batch size (None: batch_size)
+    cpu_kv_cache_gib: int = 1  # vLLM's CPU build: its KV cache
 
     @classmethod
     def from_config(cls, eval_cfg: Any, device: str) -> Backend:
@@ -107,22 +108,30 @@ class Backend:
         return cls(str(eval_cfg.backend), int(eval_cfg.batch_size), str(eval_cfg.dtype), device,
                    int(v.tensor_parallel_size), int(v.data_parallel_size),
                    float(v.gpu_memory_utilization), int(v.max_prompt_tokens),
-                   int(greedy) if greedy else None)
+                   int(greedy) if greedy else None, int(v.get("cpu_kv_cache_gib", 1)))
 
-    def model_args(self, model_path: str, protocol: Protocol, seed: int) -> dict[str, Any]:
-        """lm-eval model_args for this backend (the chat template's thinking switch included)."""
+    def model_args(self, model_path: str, protocol: Protocol, seed: int,
+                   vllm_on_cpu: bool = False) -> dict[str, Any]:
+        """lm-eval model_args for this backend (the chat template's thinking switch included;
+        `vllm_on_cpu`: the installed vLLM is its CPU build)."""
         common: dict[str, Any] = {"pretrained": model_path, "dtype": self.dtype,
                                   "enable_thinking": protocol.enable_thinking}
         if self.name == "hf":
             return {**common, "device": self.device, "batch_size": self.batch_size,
                     "greedy_batch_size": self.greedy_batch_size or self.batch_size}
         if self.name == "vllm":
-            return {**common, "tensor_parallel_size": self.tensor_parallel_size,
+            args = {**common, "tensor_parallel_size": self.tensor_parallel_size,
                     "data_parallel_size": self.data_parallel_size,
                     "gpu_memory_utilization": self.gpu_memory_utilization,
                     # prompts longer than this would be truncated silently by vllm
                     "max_model_len": self.max_prompt_tokens + protocol.max_new_tokens,
                     "seed": seed}
+            if vllm_on_cpu:
+                # vLLM's CPU build reserves gpu_memory_utilization of the machine's whole
+                # memory (0.85: most of it) for its KV cache unless told a size, and refuses
+                # to start when that much is not free (as on a machine running anything else)
+                args["kv_cache_memory_bytes"] = self.cpu_kv_cache_gib * 2**30
+            return args
         from hacrl.core.errors import ConfigError
 
         raise ConfigError(f"eval.backend={self.name}: unknown backend; use hf or vllm")
@@ -130,11 +139,20 @@ class Backend:
     def make_lm(self, model_path: str, protocol: Protocol, seed: int) -> Any:
         """The lm-eval model, built from `model_args` as lm-eval's `simple_evaluate` builds it
         (hf: its `hf` model with separate greedy and sampled batch sizes)."""
-        args = self.model_args(model_path, protocol, seed)
+        if self.name == "vllm":
+            from hacrl.config.vllm_models import vllm_on_cpu
+
+            args = self.model_args(model_path, protocol, seed, vllm_on_cpu=vllm_on_cpu())
+        else:
+            args = self.model_args(model_path, protocol, seed)
         if self.name == "hf":
             from hacrl.evaluation.hf_lm import SplitBatchHFLM
 
             return SplitBatchHFLM.create_from_arg_obj(args)
+        if self.name == "vllm":  # lm-eval's vllm model, refusing prompts it would cut
+            from hacrl.evaluation.vllm_lm import make_vllm_lm
+
+            return make_vllm_lm(args)
         from lm_eval.api.registry import get_model
 
         return get_model(self.name).create_from_arg_obj(args)
@@ -181,14 +199,34 @@ def evaluate_suite(make_lm: Callable[[], Any], manager: Any, seed: int,
     np.random.seed(seed)
     set_torch_seed(seed)
     lm = make_lm()
-    loaded = manager.load([SUITE])
-    for task in loaded["tasks"].values():
-        if task.get_config("num_fewshot") is None:
-            task.set_config(key="num_fewshot", value=0)
-        task.set_fewshot_seed(seed=seed)
-        rows_in_memory(task)
-    return evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0, log_samples=True,
-                    apply_chat_template=True, fewshot_as_multiturn=True, verbosity="ERROR")
+    try:
+        loaded = manager.load([SUITE])
+        for task in loaded["tasks"].values():
+            if task.get_config("num_fewshot") is None:
+                task.set_config(key="num_fewshot", value=0)
+            task.set_fewshot_seed(seed=seed)
+            rows_in_memory(task)
+        return evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0,
+                        log_samples=True, apply_chat_template=True, fewshot_as_multiturn=True,
+                        verbosity="ERROR")
+    finally:
+        release_engine(lm)
+
+
+def release_engine(lm: Any) -> None:
+    """Stop the vLLM engine behind an lm-eval `vllm` model now (a no-op for other models).
+
+    vLLM runs its engine core in a child process that is stopped only when the `LLM` object
+    is garbage-collected; lm-eval keeps no handle to stop it. A job evaluating its agents one
+    after another would otherwise start the next agent's engine while the last one still
+    holds its memory (a GPU's, or on CPU its KV cache), and on a loaded machine the new
+    engine's start-up fails.
+    """
+    engine = getattr(getattr(lm, "model", None), "llm_engine", None)
+    core = getattr(engine, "engine_core", None)
+    shutdown = getattr(core, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
 
 
 def rows_in_memory(task: Any) -> None:

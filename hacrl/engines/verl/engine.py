@@ -41,6 +41,7 @@ from hacrl.engines.verl.agent_checkpoint import load_agent, save_agent
 from hacrl.engines.verl.generation import (
     generate_on_servers,
     per_prompt,
+    refuse_long_prompts,
     rollout_seed,
     rows_from_shares,
     start_vllm_servers,
@@ -131,6 +132,8 @@ class VerlEngine(Engine):
                  sampling: SamplingParams) -> list[list[Generation]]:
         if self.rollout == "hf":
             return self._generate_hf(prompt_ids, n, sampling)
+        refuse_long_prompts(self.context.agent_name, prompt_ids,
+                            int(self.config.actor_rollout_ref.rollout.prompt_length))
         if self.standalone is not None:
             return self._generate_standalone(prompt_ids, n, sampling)
         # every rollout starts from the actor's current weights: the sleeping vLLM dropped its

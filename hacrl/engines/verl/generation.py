@@ -60,6 +60,24 @@ def rows_from_shares(shares: list[list[Any]], count: int) -> list[Any]:
     return [shares[i % world][i // world] for i in range(count)]
 
 
+def refuse_long_prompts(agent: str, prompt_ids: list[list[int]], budget: int) -> None:
+    """vLLM rollouts: a prompt longer than the rollout's prompt budget (verl's prompt_length,
+    from eval.vllm.max_prompt_tokens; vLLM's max_model_len is it + the response budget) gets a
+    response budget cut to what is left of max_model_len by verl's server, silently, or, with
+    no room left, an error deep in a replica; here it is one line before anything is sent."""
+    longest = max((len(ids) for ids in prompt_ids), default=0)
+    if longest > budget:
+        from hacrl.core.errors import ConfigError
+
+        over = sum(len(ids) > budget for ids in prompt_ids)
+        raise ConfigError(
+            f"eval.vllm.max_prompt_tokens={budget}: {agent}'s vLLM rollout got {over} of "
+            f"{len(prompt_ids)} prompts longer than it (the longest {longest} tokens in "
+            f"{agent}'s chat template), whose responses vLLM would cut short; set "
+            f"eval.vllm.max_prompt_tokens={longest} or more and rerun the same command (the "
+            f"job resumes from its newest checkpoint)")
+
+
 def rollout_seed(job_seed: int, agent_index: int, version: int) -> int:
     """Sampling seed of an agent's rollout: job seed, agent, weight version (a resumed job
     draws the same rollouts)."""
@@ -113,5 +131,5 @@ async def generate_on_servers(servers: Any, prompt_ids: list[list[int]], n: int,
     return list(await asyncio.gather(*(one(ids) for ids in prompt_ids for _ in range(n))))
 
 
-__all__ = ["as_generation", "generate_on_servers", "per_prompt", "rollout_seed",
-           "rows_from_shares", "start_vllm_servers", "stop_token_ids"]
+__all__ = ["as_generation", "generate_on_servers", "per_prompt", "refuse_long_prompts",
+           "rollout_seed", "rows_from_shares", "start_vllm_servers", "stop_token_ids"]

@@ -298,6 +298,22 @@ def lost_ray_worker(err: BaseException) -> str | None:
     return None
 
 
+def dead_vllm_engine(err: BaseException) -> str | None:
+    """`err` is a vLLM server's call failing because its engine processes died (killed for
+    memory, a crash): vLLM's EngineDeadError, in one line; None for any other error. (By name:
+    vLLM is imported only where it runs.)"""
+    import ray.exceptions as rex
+
+    cause = (getattr(err, "cause", None) or err.__cause__) if isinstance(err, rex.RayTaskError) \
+        else err
+    if any(kind.__name__ == "EngineDeadError" for kind in type(cause).__mro__):
+        # vLLM's message is its first argument (str() of it shows the argument tuple)
+        args = getattr(cause, "args", ())
+        text = args[0] if args and isinstance(args[0], str) else str(cause)
+        return f"{type(cause).__name__}: {_one_line(text)}"
+    return None
+
+
 def worker_faults(method: Callable[..., Any]) -> Callable[..., Any]:
     """Decorates an engine method: a Ray worker that died under it (a node that left a
     multi-node job, a worker killed for memory) is one EngineError naming the agent
@@ -307,6 +323,13 @@ def worker_faults(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args, **kwargs)
         except Exception as err:
+            if (engine := dead_vllm_engine(err)) is not None:
+                raise EngineError(
+                    f"{self.context.agent_name}: its vLLM rollout server's engine died during "
+                    f"{method.__name__} ({engine}); the vLLM log above says why (a process "
+                    f"killed for memory: lower engine.rollout.gpu_memory_utilization or the "
+                    f"batch); rerun the same command: the job resumes from its newest "
+                    f"checkpoint") from err
             if (what := lost_ray_worker(err)) is None:
                 raise
             raise EngineError(

