@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from analysis.context import Context, Pair
 from analysis.evidence import CellSamples, evidence_of
 from analysis.reference import METHOD_LABELS
+from analysis.reference import headline as paper_headline
 from analysis.stats import AVG, Difference, mean_cell, paired_difference
 from analysis.table import Table
 from analysis.verdicts import NOT_TESTABLE, ClaimVerdict, judge
@@ -120,9 +121,11 @@ def compare(ctx: Context, claim: Claim, table: Table, sweep: str, better: str,
 
 
 def average_gain(ctx: Context, table: Table, sweep: str, better: str, worse: str,
-                 paper_gain: float) -> Claim:
+                 headline: str) -> Claim:
     """The mean over agents of `better` − `worse` (AVG), as one paired difference: the agents'
-    cells averaged problem by problem over the seeds every one of them ran."""
+    cells averaged problem by problem over the seeds every one of them ran. `headline`: the
+    paper's number for it in reference/paper/headlines.csv (it differs between versions)."""
+    paper_gain, versions = paper_headline(headline)
     claim = Claim(f"Average gain of {_label(better)} over {_label(worse)} (paper: "
                   f"{paper_gain:+.1f} points)")
     evidence = evidence_of(ctx)
@@ -151,7 +154,7 @@ def average_gain(ctx: Context, table: Table, sweep: str, better: str, worse: str
                 paper_gains.append(100 * (b - w))
     if paper_gains:
         claim.paper_verdict = (f"{statistics.fmean(paper_gains):+.2f} points (recomputed from "
-                               "its table; no per-problem samples: not tested)")
+                               f"its table; no per-problem samples: not tested; {versions})")
     return claim
 
 
@@ -192,7 +195,8 @@ def check(tables: dict[str, Table], ctx: Context) -> list[Claim]:
                                          "Table-1 pair"), t1, "table1", "hacpo", "gspo_x2"))
         claims.append(compare(ctx, Claim("Naive sharing is below GSPO (AVG) for every agent"),
                               t1, "table1", "gspo", "naive"))
-        claims.append(average_gain(ctx, t1, "table1", "hacpo", "gspo_x2", 3.6))
+        claims.append(average_gain(ctx, t1, "table1", "hacpo", "gspo_x2",
+                                   "hacpo_over_gspo_x2_avg"))
     for key, method, what in (("table2", "hacpo_no_adv", "the capability-aware advantage"),
                               ("table3", "hacpo_no_omega", "omega")):
         if key in tables:

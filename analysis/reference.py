@@ -40,6 +40,19 @@ def benchmark_values(table: str) -> dict[tuple[str, str, str, str], float]:
             for r in df.itertuples(index=False)}
 
 
+def headline(claim: str) -> tuple[float, str]:
+    """The paper's headline number for `claim` (headlines.csv) in the version whose tables
+    benchmarks.csv holds (v3), and a note naming every version's number: (value, note)."""
+    df = paper("headlines")
+    rows = df[df["claim"] == claim]
+    if rows.empty:
+        raise KeyError(f"no headline {claim!r} in {PAPER_DIR / 'headlines.csv'}")
+    current = rows.iloc[0]
+    note = "; ".join(f"{r.version} {r.where}: {r.value:+.1f} {r.unit}"
+                     for r in rows.itertuples(index=False))
+    return float(current["value"]), note
+
+
 def paper_benchmark(name: str) -> str:
     """tiny_math500 -> math500 (tiny stand-ins sit in the paper benchmark's column)."""
     return name.removeprefix("tiny_")

@@ -9,9 +9,10 @@ problem part (at most sqrt(q (1 - q) / 500), 2 points at q = 0.7, for one method
 for a paired difference, whose problem part mostly cancels). Where the paper gives no
 per-seed values there is no sample: "no samples", never 0.
 
-Mean: a t-interval over seeds (n - 1 df). Paired difference: the differences seed by seed
-(the same seed for both methods), a one-sample t-test on them (n - 1 df), and the MDE of a
-design with this many seeds at the observed spread (`analysis.stats.mde`).
+Mean: a t-interval over seeds (n - 1 df), kept in [0, 1] (`analysis.stats.bounded_interval`).
+Paired difference: the differences seed by seed (the same seed for both methods), a
+one-sample t-test on them (n - 1 df), its interval kept in [-1, 1], and the MDE of a design
+with this many seeds at the observed spread (`analysis.stats.mde`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
-from analysis.stats import mde
+from analysis.stats import bounded_interval, mde
 
 NO_SAMPLES = "no samples"
 
@@ -86,8 +87,8 @@ def seed_mean(values: Sequence[float], *, level: float = 0.95) -> SeedMean:
     mean = statistics.fmean(values)
     if n == 1:
         return SeedMean(1, mean, level=level)
-    half = float(sps.t.ppf(0.5 + level / 2, n - 1)) * statistics.stdev(values) / math.sqrt(n)
-    return SeedMean(n, mean, mean - half, mean + half, level)
+    lo, hi = bounded_interval(mean, statistics.stdev(values) / math.sqrt(n), n - 1, level)
+    return SeedMean(n, mean, lo, hi, level)
 
 
 def paired_seed_difference(a: Mapping[int, float], b: Mapping[int, float], *,
@@ -103,12 +104,12 @@ def paired_seed_difference(a: Mapping[int, float], b: Mapping[int, float], *,
     if n == 1:
         return SeedDifference(seeds, est, level=level)
     se = statistics.stdev(diffs) / math.sqrt(n)
-    half = float(sps.t.ppf(0.5 + level / 2, n - 1)) * se
+    lo, hi = bounded_interval(est, se, n - 1, level, -1.0, 1.0)
     if se > 0:
         p = float(2 * sps.t.sf(abs(est) / se, n - 1))
     else:  # every seed the same difference
         p = 1.0 if est == 0 else 0.0
-    return SeedDifference(seeds, est, est - half, est + half, p,
+    return SeedDifference(seeds, est, lo, hi, p,
                           mde(se, n - 1, alpha=alpha, power=power), level)
 
 

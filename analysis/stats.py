@@ -55,12 +55,17 @@ With one seed it is a plain problem bootstrap. For the linear statistics (a benc
 their differences) its SE reproduces the analytic one up to Monte Carlo error (tested); the
 IQM's interval and the probability of improvement come from its replicates.
 
-Intervals and p-values: estimate +- t(df) * SE, df by Satterthwaite over the problem part's
-two mean squares and the seeds' S - 1 (`Components.df`). Simulated at the tiny design (3
-seeds, 7 x 1200 problems; 7 x 300 for the variants), a 5% test of a paired AVG difference
-rejects 3-5% of true nulls with and without seed effects and problem x method effects, and
-its power is `analysis.power.plan`'s within 1.5 points; a cell's 95% interval covers 94-95%,
-about 93% when the seed effect dominates the problems (2 df cannot pin it down).
+Intervals and p-values: p from the t statistic estimate / SE with df by Satterthwaite over
+the problem part's two mean squares and the seeds' S - 1 (`Components.df`). The interval is
+the t interval estimate +- t(df) * SE mid-range, made to respect the range of what it is
+about (`bounded_interval`: Wilson's score interval with the effective sample size the SE
+implies and the t quantile; an accuracy's lies in [0, 1], a difference's in [-1, 1]); the
+IQM's percentile interval comes from replicates clipped to the range. Simulated at the tiny
+design (3 seeds, 7 x 1200 problems; 7 x 300 for the variants), a 5% test of a paired AVG
+difference rejects 3-5% of true nulls with and without seed effects and problem x method
+effects, and its power is `analysis.power.plan`'s within 1.5 points; a cell's 95% interval
+covers 94-95%, about 93% when the seed effect dominates the problems (2 df cannot pin it
+down), and near 0 and 1 too (tests/test_stats.py prints the table).
 """
 
 from __future__ import annotations
@@ -273,9 +278,33 @@ def _iqm(per_benchmark: np.ndarray) -> np.ndarray:
     return np.asarray(sps.trim_mean(per_benchmark, 0.25, axis=-1))
 
 
-def _t_interval(est: float, se: float, df: float, level: float) -> tuple[float, float]:
-    q = float(sps.t.ppf(0.5 + level / 2, df))
-    return est - q * se, est + q * se
+def bounded_interval(est: float, se: float, df: float, level: float = 0.95,
+                     low: float = 0.0, high: float = 1.0,
+                     count: int | None = None) -> tuple[float, float]:
+    """An interval for a mean that lies in [low, high] (an accuracy: [0, 1]; a difference of
+    two: [-1, 1]), always inside that range.
+
+    Wilson's score interval on q = (est - low) / (high - low), with the *effective* sample
+    size n = q (1 - q) / SE_q^2 that the design's SE implies (Korn and Graubard's device for
+    clustered proportions: here seeds x problems, the SE from `components` or the bootstrap)
+    and the t(df) quantile in place of the normal's. Mid-range it is the t interval, est +-
+    t * SE, to a fraction of the SE; towards an end it turns asymmetric, as the binomial
+    does, instead of crossing it. All scores at an end (SE 0): Wilson's interval for 0 or
+    `count` successes of `count` (the scores the mean is over); with no count, the point.
+    """
+    width = high - low
+    q, se_q = (est - low) / width, se / width
+    z = float(sps.t.ppf(0.5 + level / 2, df))
+    if se_q > 0 and 0 < q < 1:
+        n = q * (1 - q) / se_q ** 2
+    elif count and (q <= 0 or q >= 1):
+        n = float(count)
+    else:
+        return est, est
+    q = min(1.0, max(0.0, q))
+    center = (q + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(q * (1 - q) / n + z * z / (4 * n * n))
+    return low + width * max(0.0, center - half), low + width * min(1.0, center + half)
 
 
 def _point(cell: Cell, name: str) -> float:
@@ -284,16 +313,19 @@ def _point(cell: Cell, name: str) -> float:
     return float(np.mean(np.asarray(cell[name], dtype=float)))  # float64, as the SE
 
 
-def _t_rows(cell: Cell, reps: dict[str, np.ndarray],
-            level: float) -> Iterator[tuple[str, float, float, float, float, Components, int]]:
+def _rows(cell: Cell, reps: dict[str, np.ndarray], level: float, low: float
+          ) -> Iterator[tuple[str, float, float, float, float, Components, int]]:
     """Per benchmark and AVG of `cell`: (name, estimate, SE, lo, hi, components, problems),
-    the SE bootstrapped when `reps` has replicates (else analytic), the interval t(df)."""
+    the SE bootstrapped when `reps` has replicates (else analytic), the interval
+    `bounded_interval` over [low, 1] with t(df) (low: 0 for a cell, -1 for a difference)."""
     sizes = {name: np.shape(y)[1] for name, y in cell.items()}
+    n_seeds = next(iter(np.shape(y)[0] for y in cell.values()))
     for name, comp in components(cell).items():
         est = _point(cell, name)
         se = float(reps[name].std(ddof=1)) if reps else comp.se
-        lo, hi = _t_interval(est, se, comp.df, level)
-        yield name, est, se, lo, hi, comp, sizes.get(name, sum(sizes.values()))
+        problems = sizes.get(name, sum(sizes.values()))
+        lo, hi = bounded_interval(est, se, comp.df, level, low, 1.0, n_seeds * problems)
+        yield name, est, se, lo, hi, comp, problems
 
 
 def cell_estimates(cell: Cell, *, n_boot: int = N_BOOT, seed: int = 0,
@@ -310,9 +342,11 @@ def cell_estimates(cell: Cell, *, n_boot: int = N_BOOT, seed: int = 0,
     reps = _bootstrap([cell], n_boot, seed)[0] if n_boot else {}
     sizes = {name: np.shape(y)[1] for name, y in cell.items()}
     out = {name: Estimate(name, est, se, lo, hi, comp.df, comp.se, n_seeds, problems)
-           for name, est, se, lo, hi, comp, problems in _t_rows(cell, reps, level)}
+           for name, est, se, lo, hi, comp, problems in _rows(cell, reps, level, 0.0)}
     if reps:
-        iqm_reps = _iqm(np.stack([reps[n] for n in cell], axis=1))
+        # replicates may step past an end (a resampled part added to the mean): clipped,
+        # which moves no percentile that lies inside [0, 1]
+        iqm_reps = np.clip(_iqm(np.stack([reps[n] for n in cell], axis=1)), 0.0, 1.0)
         lo, hi = np.quantile(iqm_reps, [0.5 - level / 2, 0.5 + level / 2])
         est = float(_iqm(np.array([np.mean(y) for y in cell.values()])))
         out[IQM] = Estimate(IQM, est, float(iqm_reps.std(ddof=1)), float(lo), float(hi),
@@ -394,10 +428,11 @@ def paired_difference(a: Cell, b: Cell, *, n_boot: int = N_BOOT, seed: int = 0,
     out = {name: Difference(name, est, se, lo, hi, comp.df, _p_value(est, se, comp.df),
                             _improvement(reps_d[name]) if reps_d else None, comp.se, n_seeds,
                             problems, alpha, power)
-           for name, est, se, lo, hi, comp, problems in _t_rows(d, reps_d, level)}
+           for name, est, se, lo, hi, comp, problems in _rows(d, reps_d, level, -1.0)}
     if reps_d:
-        iqm_reps = (_iqm(np.stack([reps_a[n] for n in d], axis=1))
-                    - _iqm(np.stack([reps_b[n] for n in d], axis=1)))
+        iqm_reps = np.clip(np.clip(_iqm(np.stack([reps_a[n] for n in d], axis=1)), 0.0, 1.0)
+                           - np.clip(_iqm(np.stack([reps_b[n] for n in d], axis=1)), 0.0, 1.0),
+                           -1.0, 1.0)
         est = float(_iqm(np.array([np.mean(a[n]) for n in d]))
                     - _iqm(np.array([np.mean(b[n]) for n in d])))
         lo, hi = np.quantile(iqm_reps, [0.5 - level / 2, 0.5 + level / 2])

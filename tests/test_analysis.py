@@ -204,9 +204,10 @@ def test_seeds_mean_and_sample_std(world):
     assert summary.paper == pytest.approx(0.6552) and summary.paper_note == "± 0.0072"
     assert row["seed 42"].ours.mean == pytest.approx(0.26) and row["seed 42"].paper == 0.664
     assert "0.3000 ± 0.0400 (n=3)" in summary.ours_text()
-    # the mean's t-interval over seeds, ours and the paper's (from its five per-seed values)
-    assert summary.extra == "[95% CI 0.2006 to 0.3994]"
-    assert summary.paper_extra == "[95% CI 0.6463 to 0.6641]"
+    # the mean's interval over seeds, ours and the paper's (from its five per-seed values),
+    # kept in [0, 1]: with 2 df drawn towards 0.5 (the t interval: 0.2006 to 0.3994)
+    assert summary.extra == "[95% CI 0.2115 to 0.4065]"
+    assert summary.paper_extra == "[95% CI 0.6463 to 0.6640]"
     # paired by seed: HACPO − GSPOx2; the paper gives no per-seed GSPOx2 for the 4B agent
     diff = _row(table, SIZE.name, f"{SMALL} · HACPO − GSPOx2")
     assert diff["seed 42"].paper == pytest.approx(0.664 - 0.624)

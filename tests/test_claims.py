@@ -196,6 +196,9 @@ def test_claims_are_verdicts_with_intervals_and_the_correction(world: Context) -
     estimate = float(line.split(": ")[1].split(" pt")[0])
     # about half of the small agent's +12 points (clipped at 0 and 1), the big agent's 0
     assert 3.5 < estimate < 7.0 and gain.verdict == "supported"
+    # the paper's number names its version: v3's +3.6 (its tables), v1's abstract +3.3
+    assert gain.paper_verdict.endswith("arXiv v3 abstract and Table 1: +3.6 points; arXiv v1 "
+                                       "abstract: +3.3 points)"), gain.paper_verdict
 
 
 def test_fed_the_papers_numbers_the_table_reprints_them_without_inventing_intervals(

@@ -121,13 +121,15 @@ def test_method_switches_reach_the_loss_config(micro_zoo, method):
     expected = LossConfig(ratio=paper.ratio, loss_agg=paper.agg, clip_low=paper.clip[0],
                           clip_high=paper.clip[1], alpha=ALPHA, delta=spec.loss.delta,
                           delta_step=0.025, stepwise=paper.stepwise, cross_clip=paper.cross_clip,
-                          kl_coef=0.001, borrowed=paper.borrowed)
+                          kl_coef=0.001, borrowed=paper.borrowed,
+                          dual_clip_c=3.0 if paper.ratio == "token" else None)
     assert spec.loss == expected
     assert spec.loss.delta == pytest.approx(0.2)  # pair=trio: lower bound 0.8 at m = 0
-    # the omega clamp, baseline guard and zeroing of the as_run profile reach the loop
+    # the omega clamp, baseline guard, zeroing and capability floor of the as_run profile
+    # reach the loop (and GRPO's dual clip its loss, above)
     assert settings.omega_clamp == (0.1, 10.0)
     assert settings.baseline_guard and settings.zero_uniform_groups
-    assert settings.capability_window == 5 and settings.capability_floor == pytest.approx(0.01)
+    assert settings.capability_window == 5 and settings.capability_floor == 1e-8
     assert m.group_size(G) == G * paper.rollouts
     assert P // m.update_prompts(MB) == paper.updates * P // MB
 

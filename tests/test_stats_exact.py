@@ -120,6 +120,25 @@ def _t(est: float, se: float, df: float, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def _bounded(est: float, se: float, df: float, level: float, low: float,
+             count: int) -> tuple[float, float]:
+    """The interval `analysis.stats.bounded_interval` should give, written out: Wilson's
+    interval for q = (est - low) / (1 - low) at n = q (1 - q) / (SE / (1 - low))^2 (or `count`
+    with q at an end and no spread; the point with no spread mid-range), t quantile."""
+    width = 1.0 - low
+    q, s = (est - low) / width, se / width
+    z = float(sps.t.ppf(0.5 + level / 2, df))
+    if s > 0 and 0 < q < 1:
+        n = q * (1 - q) / s ** 2
+    elif q <= 0 or q >= 1:
+        n = float(count)
+    else:
+        return est, est
+    c = (q + z * z / (2 * n)) / (1 + z * z / n)
+    h = z * math.sqrt(q * (1 - q) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return low + width * max(0.0, c - h), low + width * min(1.0, c + h)
+
+
 def _mde(se: float, df: float, alpha: float, power: float) -> float:
     if math.isinf(df):
         return float(sps.norm.isf(alpha / 2) - sps.norm.isf(power)) * se
@@ -461,12 +480,41 @@ def test_iqm_is_taken_over_the_last_axis() -> None:
     np.testing.assert_allclose(st._iqm(y), _trim(y), rtol=1e-14)
 
 
-@pytest.mark.parametrize("est, se, df, level", [(0.4, 0.05, 3.0, 0.9), (-0.2, 0.01, 1.5, 0.95),
-                                                (0.4, 0.05, math.inf, 0.95), (0.0, 2.0, 7, 0.5)])
-def test_t_interval_is_scipys(est: float, se: float, df: float, level: float) -> None:
-    lo, hi = st._t_interval(est, se, df, level)
-    assert (lo, hi) == pytest.approx(_t(est, se, df, level), rel=1e-12, abs=1e-15)
-    assert hi - est == pytest.approx(est - lo, rel=1e-12)
+def _wilson(q: float, n: float, z: float) -> tuple[float, float]:
+    """Wilson's score interval for a proportion q of n, quantile z (the textbook formula)."""
+    center = (q + z ** 2 / (2 * n)) / (1 + z ** 2 / n)
+    half = z * math.sqrt(q * (1 - q) / n + z ** 2 / (4 * n ** 2)) / (1 + z ** 2 / n)
+    return center - half, center + half
+
+
+@pytest.mark.parametrize("est, se, df, level", [(0.4, 0.05, 3.0, 0.9), (0.97, 0.02, 2.0, 0.95),
+                                                (0.4, 0.05, math.inf, 0.95), (0.02, 0.015, 7, 0.5)])
+def test_bounded_interval_is_wilsons_at_the_effective_size(est: float, se: float, df: float,
+                                                          level: float) -> None:
+    z = float(sps.t.ppf(0.5 + level / 2, df))
+    lo, hi = st.bounded_interval(est, se, df, level)
+    assert (lo, hi) == pytest.approx(_wilson(est, est * (1 - est) / se ** 2, z), rel=1e-12)
+    assert 0.0 <= lo <= hi <= 1.0
+    t_lo, t_hi = _t(est, se, df, level)
+    assert lo >= t_lo - 1e-12 or hi <= t_hi + 1e-12  # pulled in at the near end, if anywhere
+
+
+def test_bounded_interval_maps_a_difference_and_handles_the_ends() -> None:
+    z = float(sps.t.ppf(0.975, 4))
+    # a difference d in [-1, 1] is q = (d + 1) / 2 with SE / 2
+    lo, hi = st.bounded_interval(0.9, 0.06, 4, 0.95, -1.0, 1.0)
+    q_lo, q_hi = _wilson(0.95, 0.95 * 0.05 / 0.03 ** 2, z)
+    assert (lo, hi) == pytest.approx((2 * q_lo - 1, 2 * q_hi - 1), rel=1e-12)
+    assert hi <= 1.0 and st.bounded_interval(0.9, 0.06, 4, 0.95)[1] <= 1.0
+    # every score at an end: Wilson's interval for 0 (or all) of the count
+    assert st.bounded_interval(0.0, 0.0, 4, 0.95, count=300) == pytest.approx(
+        (0.0, z ** 2 / (300 + z ** 2)), abs=1e-15)
+    assert st.bounded_interval(1.0, 0.0, 4, 0.95, count=300) == pytest.approx(
+        (300 / (300 + z ** 2), 1.0), rel=1e-12)
+    assert st.bounded_interval(-1.0, 0.0, 4, 0.95, -1.0, 1.0, count=300)[0] == -1.0
+    # no spread and no count, or mid-range without spread: the point
+    assert st.bounded_interval(0.0, 0.0, 4) == (0.0, 0.0)
+    assert st.bounded_interval(0.3, 0.0, 4, count=300) == (0.3, 0.3)
 
 
 def test_p_value_is_two_sided_t() -> None:
@@ -569,11 +617,11 @@ def _check_estimates(cell: Scores, n_boot: int, seed: int, level: float) -> None
         assert e.se == pytest.approx(se, rel=1e-9, abs=1e-15), name
         assert e.se_analytic == pytest.approx(_se(c), rel=1e-10, abs=1e-15), name
         assert e.df == pytest.approx(_df(c), rel=1e-10), name
-        assert (e.lo, e.hi) == pytest.approx(_t(points[name], se, _df(c), level), rel=1e-9,
-                                             abs=1e-12), name
+        expected = _bounded(points[name], se, _df(c), level, 0.0, s * e.n_problems)
+        assert (e.lo, e.hi) == pytest.approx(expected, rel=1e-9, abs=1e-12), name
     if n_boot:
         iqm = found[st.IQM]
-        iqm_reps = _trim(np.stack([reps[n] for n in cell], axis=1))
+        iqm_reps = np.clip(_trim(np.stack([reps[n] for n in cell], axis=1)), 0, 1)
         assert iqm.name == st.IQM and iqm.df == math.inf and iqm.se_analytic is None
         assert iqm.n_seeds == s and iqm.n_problems == sum(sizes)
         assert iqm.estimate == pytest.approx(float(_trim(np.array(means))), rel=1e-12)
@@ -605,9 +653,12 @@ def test_cell_estimates_of_the_worked_example() -> None:
     e = st.cell_estimates({"x": HAND}, n_boot=0)
     assert e["x"].estimate == 0.5 and e["x"].se == pytest.approx(math.sqrt(1 / 12), rel=EXACT)
     assert e["x"].df == pytest.approx(1.5, rel=EXACT)
-    q = float(sps.t.ppf(0.975, 1.5))
-    assert e["x"].lo == pytest.approx(0.5 - q * math.sqrt(1 / 12), rel=1e-12)
-    assert e["x"].hi == pytest.approx(0.5 + q * math.sqrt(1 / 12), rel=1e-12)
+    # at 0.5 Wilson's interval at the effective size (0.25 / (1/12) = 3) is symmetric:
+    # 0.5 +- z sqrt(0.25 / 3 + z^2 / 36) / (1 + z^2 / 3), z = t(1.5)'s 97.5% point
+    z = float(sps.t.ppf(0.975, 1.5))
+    half = z * math.sqrt(0.25 / 3 + z * z / 36) / (1 + z * z / 3)
+    assert e["x"].lo == pytest.approx(max(0.0, 0.5 - half), rel=1e-12)
+    assert e["x"].hi == pytest.approx(min(1.0, 0.5 + half), rel=1e-12)
     assert e[st.AVG] == dataclasses.replace(e["x"], name=st.AVG)
 
 
@@ -711,8 +762,8 @@ def _check_difference(a: Scores, b: Scores, n_boot: int, seed: int, level: float
         assert x.se == pytest.approx(se, rel=1e-9, abs=1e-15), name
         assert x.se_analytic == pytest.approx(_se(c), rel=1e-10, abs=1e-15), name
         assert x.df == pytest.approx(df, rel=1e-10), name
-        assert (x.lo, x.hi) == pytest.approx(_t(points[name], se, df, level), rel=1e-9,
-                                             abs=1e-12), name
+        expected = _bounded(points[name], se, df, level, -1.0, s * x.n_problems)
+        assert (x.lo, x.hi) == pytest.approx(expected, rel=1e-9, abs=1e-12), name
         p = float(2 * sps.t.sf(abs(points[name]) / se, df)) if se > 0 else float(
             points[name] == 0)
         assert x.p == pytest.approx(p, rel=1e-8, abs=1e-14), name
@@ -726,8 +777,8 @@ def _check_difference(a: Scores, b: Scores, n_boot: int, seed: int, level: float
     if n_boot:
         iqm = found[st.IQM]
         ra, rb = _replicates(a, n_boot, seed), _replicates(b, n_boot, seed)
-        iqm_reps = (_trim(np.stack([ra[n] for n in a], axis=1))
-                    - _trim(np.stack([rb[n] for n in a], axis=1)))
+        iqm_reps = (np.clip(_trim(np.stack([ra[n] for n in a], axis=1)), 0, 1)
+                    - np.clip(_trim(np.stack([rb[n] for n in a], axis=1)), 0, 1))
         est = float(_trim(np.array([np.mean(a[n]) for n in a]))
                     - _trim(np.array([np.mean(b[n]) for n in a])))
         assert iqm.name == st.IQM and iqm.p is None and iqm.se_analytic is None

@@ -4,6 +4,7 @@ from hacrl.algo.advantages import (
     broadcast_to_targets,
     capability_aware_advantages,
     capability_aware_baseline,
+    degenerate_prompts,
     group_relative_advantages,
     pooled_advantages,
 )
@@ -22,6 +23,7 @@ from hacrl.algo.methods import METHODS, MethodSpec, get_method, register_method
 from hacrl.algo.objectives import (
     borrowed_sample_loss,
     clipped_surrogate_loss,
+    dual_clipped_loss,
     exponential_is_weight,
     low_variance_kl,
     stepwise_lower_bound,
@@ -48,7 +50,8 @@ __all__ = [
     "get_borrowed", "loss_metrics", "register_advantage", "register_borrowed",
     "METHODS", "CapabilityWindow", "Denominators", "LossBatch", "LossConfig", "LossOutput", "MethodSpec",
     "SHARES", "aggregate", "borrowed_sample_loss", "broadcast_to_targets", "capability_aware_advantages",
-    "capability_aware_baseline", "clipped_surrogate_loss", "exponential_is_weight",
+    "capability_aware_baseline", "clipped_surrogate_loss", "degenerate_prompts",
+    "dual_clipped_loss", "exponential_is_weight",
     "get_method", "group_relative_advantages", "low_variance_kl", "masked_mean",
     "mean_sequence_logprob", "omega_matrix", "policy_loss", "pooled_advantages",
     "register_method", "sequence_log_ratio", "smoothed_capability", "stepwise_lower_bound",

@@ -95,6 +95,29 @@ def capability_aware_advantages(
     return adv
 
 
+def degenerate_prompts(rewards: Tensor, advantages: Tensor) -> tuple[Tensor, Tensor]:
+    """Prompts whose rewards have no spread and whose advantage is not 0 anyway.
+
+    With all n*G rewards of a prompt equal, the std over them is 0; a capability-aware baseline
+    mu^(k) that differs from the reward (agents' P differ) then gives A = (R - mu) / eps, e.g.
+    -5e5 (the paper's formula taken literally: profile `bare`; `as_run` zeroes such prompts).
+
+    Args:
+        rewards: [n_agents, n_prompts, G].
+        advantages: [n_target, n_source, n_prompts, G].
+    Returns:
+        (count [n_target]: such prompts in each target's advantages, largest [n_target]: the
+        largest |A| on them, 0 where there are none).
+    """
+    n, p, g = rewards.shape
+    pooled = rewards.permute(1, 0, 2).reshape(p, n * g)
+    uniform = (pooled == pooled[:, :1]).all(dim=-1)  # [P]
+    largest_per_prompt = advantages.abs().amax(dim=(1, 3))  # [n_target, P]
+    degenerate = uniform[None, :] & (largest_per_prompt > 0)
+    largest = torch.where(degenerate, largest_per_prompt, torch.zeros_like(largest_per_prompt))
+    return degenerate.sum(dim=-1), largest.amax(dim=-1)
+
+
 def broadcast_to_targets(adv: Tensor) -> Tensor:
     """[n_source, P, G] target-independent advantages -> [n_target, n_source, P, G]."""
     return adv[None].expand(adv.shape[0], *adv.shape)

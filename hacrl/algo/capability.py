@@ -13,6 +13,11 @@ from torch import Tensor
 def smoothed_capability(history: Tensor, window: int, floor: float = 1e-2) -> Tensor:
     """P^(k): mean of the last `window` per-step mean rewards, floored so it is never 0.
 
+    As the code behind the paper's numbers does it (the authors' `main`): the window's mean is
+    raised to `floor`, 1e-8 there (profile `as_run`), and omega is clamped to [0.1, 10]
+    afterwards; the paper states no floor (profile `bare`: 0.01). (Their `verl-v1` port also
+    floors each step's value before the mean: docs/FIDELITY.md.)
+
     Args:
         history: [t, n_agents] per-step mean reward of each agent, oldest first (t >= 1).
         window: K, the number of most recent steps averaged (paper: K = 5).
@@ -25,8 +30,7 @@ def smoothed_capability(history: Tensor, window: int, floor: float = 1e-2) -> Te
         raise ValueError(f"history must be [t>=1, n_agents], got {tuple(history.shape)}")
     if window < 1:
         raise ValueError(f"capability window K must be >= 1, got {window}")
-    recent = history[-window:]
-    return recent.mean(dim=0).clamp_min(floor)
+    return history[-window:].mean(dim=0).clamp_min(floor)
 
 
 def omega_matrix(capability: Tensor, clamp: tuple[float, float] | None = None) -> Tensor:

@@ -19,7 +19,12 @@ from torch import Tensor
 
 from hacrl.algo.loss_inputs import LossBatch, LossConfig
 from hacrl.algo.metrics import ROW_MEAN, SHARE
-from hacrl.algo.objectives import clipped_surrogate_loss, low_variance_kl, stepwise_lower_bound
+from hacrl.algo.objectives import (
+    clipped_surrogate_loss,
+    dual_clipped_loss,
+    low_variance_kl,
+    stepwise_lower_bound,
+)
 from hacrl.algo.ratios import masked_mean, sequence_log_ratio, token_log_ratio
 from hacrl.algo.registry import BorrowedTerm, get_borrowed
 from hacrl.schema import metric_names as M
@@ -156,6 +161,10 @@ def _own_sample_term(logp: Tensor, s: Tensor, mask: Tensor, batch: LossBatch,
         log_r = token_log_ratio(logp, batch.old_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
         token_loss, tok_clipped = clipped_surrogate_loss(
             log_r.exp(), batch.advantages[:, None], cfg.clip_low, cfg.clip_high)
+        if cfg.dual_clip_c is not None:  # as run: verl's vanilla loss caps a negative A's loss
+            token_loss, capped = dual_clipped_loss(token_loss, batch.advantages[:, None],
+                                                   cfg.dual_clip_c)
+            tok_clipped = tok_clipped | capped
         return OwnSampleTerm(token_loss, masked_mean(tok_clipped.float(), mask, dim=-1))
     raise ValueError(f"unknown ratio {cfg.ratio!r}; use 'sequence' or 'token'")
 

@@ -73,4 +73,5 @@ class LossConfig:
     stepwise: bool = True
     cross_clip: bool = True
     kl_coef: float = 0.0
+    dual_clip_c: float | None = None  # token ratio (GRPO): verl's dual clip; None: none
     borrowed: str = "cross"  # the registered borrowed-sample objective whose term scores cross rows

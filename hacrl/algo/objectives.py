@@ -35,6 +35,23 @@ def clipped_surrogate_loss(ratio: Tensor, advantage: Tensor, clip_low: float,
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
+def dual_clipped_loss(loss: Tensor, advantage: Tensor, c: float) -> tuple[Tensor, Tensor]:
+    """verl's dual clip on a clipped surrogate loss (its vanilla policy loss, which the paper's
+    GRPO ran on): where A < 0 the loss is at most c * |A|, so a token whose ratio ran far
+    above 1 gets no gradient. (Ye et al. 2020's dual-clip PPO; verl's clip_ratio_c, 3.)
+
+    Args:
+        loss: [...] -min(r A, clip(r) A) from `clipped_surrogate_loss`.
+        advantage: broadcastable to `loss`.
+        c: the bound's factor (> 1).
+    Returns:
+        (loss, capped: where the bound is the active branch).
+    """
+    bound = -advantage * c
+    capped = (advantage < 0) & (bound < loss)
+    return torch.where(capped, bound.expand_as(loss), loss), capped
+
+
 def exponential_is_weight(ratio: Tensor, alpha: float) -> Tensor:
     """sg(s)^alpha for s < 1, else 1 (paper step 5). No gradient flows through it."""
     s = ratio.detach()

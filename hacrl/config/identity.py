@@ -47,6 +47,8 @@ def training_identity(cfg: DictConfig) -> dict[str, Any]:
     if method is not None and not method.shares_rollouts:
         for key in CROSS_AGENT_KEYS:
             ident.get("algo", {}).pop(key, None)
+    if method is None or method.ratio != "token":  # the dual clip bounds token ratios only
+        ident.get("algo", {}).pop("dual_clip_c", None)
     return ident
 
 

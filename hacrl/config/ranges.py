@@ -217,6 +217,7 @@ RANGES: dict[str, Range] = {
     "algo.clip_low": real(0.0, 1.0, open_low=True, open_high=True, null=True),
     "algo.clip_high": real(0.0, 10.0, open_low=True, null=True),
     "algo.kl_coef": real(0.0, 100.0),
+    "algo.dual_clip_c": real(1.0, 1e6, open_low=True, null=True),
     "algo.omega_clamp": items(real(0.0, 1e6, open_low=True), 2, 2, null=True, ordered=True),
     "algo.sample_order": one_of("mixed", "own_first"),
     "pair.name": text(),

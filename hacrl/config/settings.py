@@ -65,7 +65,9 @@ def method_settings(cfg: Any, method: MethodSpec) -> LoopSettings:
                       clip_high=float(clip_high), alpha=float(algo.alpha),
                       delta=1.0 - float(algo.cross_clip_lower), delta_step=float(algo.delta_step),
                       stepwise=method.stepwise, cross_clip=method.cross_clip,
-                      kl_coef=float(algo.kl_coef), borrowed=method.borrowed)
+                      kl_coef=float(algo.kl_coef), borrowed=method.borrowed,
+                      dual_clip_c=(float(algo.dual_clip_c) if algo.get("dual_clip_c") is not None
+                                   and method.ratio == "token" else None))
     clamp = tuple(algo.omega_clamp) if algo.omega_clamp is not None else None
     return LoopSettings(
         prompts_per_step=train.prompts_per_step, minibatch_prompts=train.minibatch_prompts,

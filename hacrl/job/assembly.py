@@ -39,6 +39,7 @@ from hacrl.job.finishing import (
 )
 from hacrl.job.listeners import (
     Checkpointing,
+    DegenerateWarning,
     JobLog,
     Progress,
     Report,
@@ -214,7 +215,8 @@ def _run_team(spec: JobSpec, team: tuple[AgentSpec, ...], team_dir: TeamDir, tra
                             int(c.validation.max_new_tokens), grade, tracker, agent_runs)
     metrics = StepMetrics(tracker, agent_runs, [a.name for a in agents])
     setup_s = time.perf_counter() - setup_start
-    listeners: list[Listener] = [metrics, Progress(bar, [a.name for a in agents]), validation]
+    listeners: list[Listener] = [metrics, Progress(bar, [a.name for a in agents]), validation,
+                                 DegenerateWarning([a.name for a in agents])]
     if report is not None:
         team_name = f"team {team_dir.path.name}: " if len(spec.teams) > 1 else ""
         listeners.append(JobLog([a.name for a in agents], steps, validation, report, team_name))

@@ -193,3 +193,26 @@ class JobLog:
 
     def _say(self, line: str) -> None:
         log_line(f"{self.team}{line}")
+
+
+class DegenerateWarning:
+    """The first step with a prompt whose rewards have no spread but whose advantage is not 0
+    (`algo.degenerate_prompts`; the bare profile's HACPO) is one line in the job's log, on
+    stderr; each step's count and largest |A| are the agents' `adv/` metrics."""
+
+    def __init__(self, agents: Sequence[str]) -> None:
+        self.agents, self.warned = list(agents), False
+
+    def __call__(self, event: Event) -> None:
+        if self.warned or not isinstance(event, StepDone):
+            return
+        hits = [(a, m) for a, m in zip(self.agents, event.result.agent_metrics, strict=True)
+                if m.get(M.ADV_DEGENERATE_PROMPTS, 0) > 0]
+        if hits:
+            self.warned = True
+            said = ", ".join(f"{a} {m[M.ADV_DEGENERATE_PROMPTS]:.0f} (largest |A| "
+                             f"{m[M.ADV_DEGENERATE_MAX_ABS]:.3g})" for a, m in hits)
+            print(f"hacrl: warning: step {event.step}: prompts whose rewards are all equal got a "
+                  f"non-zero advantage: {said}; the std is 0, so A = (R - baseline) / eps (the "
+                  f"paper's formula as written; profile=as_run zeroes them). Counted each step "
+                  f"as {M.ADV_DEGENERATE_PROMPTS}; warned once", file=sys.stderr, flush=True)

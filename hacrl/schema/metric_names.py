@@ -28,7 +28,7 @@ from __future__ import annotations
 REPORTED_PREFIXES = ("eval/", "time/", "memory/", "ratio/", "val/")
 # every family of metric names hacrl writes: a string that starts with one is built here only
 PREFIXES = (*REPORTED_PREFIXES, "reward/", "capability/", "omega/", "response/", "tokens/",
-            "retok/", "train/", "loss/", "clip/", "avg/", "acc/")
+            "retok/", "train/", "loss/", "clip/", "avg/", "acc/", "adv/")
 AVG = "avg"
 
 # seconds
@@ -55,6 +55,9 @@ RETOK_LENGTH_RATIO = "retok/length_ratio"
 RETOK_TRUNCATED_FRAC = "retok/truncated_frac"
 UPDATES = "train/updates"
 GRAD_NORM = "grad_norm"
+# prompts whose n*G rewards are all equal but whose advantage is not 0 (`algo.degenerate_prompts`)
+ADV_DEGENERATE_PROMPTS = "adv/degenerate_prompts"
+ADV_DEGENERATE_MAX_ABS = "adv/degenerate_max_abs"
 
 # `hacrl.algo.policy_loss`'s own metrics
 LOSS_TOTAL = "loss/total"

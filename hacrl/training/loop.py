@@ -137,6 +137,7 @@ class TeamLoop:
         capability = self.capability.update(rewards.mean(dim=(1, 2)))
         omega = algo.omega_matrix(capability, self.settings.omega_clamp)
         advantages = self._advantages(rewards, capability)  # [n_target, n_source, P, G]
+        degenerate = algo.degenerate_prompts(rewards, advantages)
         # old log-probs and per-target views (everything the updates need), before any update
         own_views = self._own_views(trajs, prompt_ids)
         own_logp, ref_logp = self._source_log_probs(trajs, own_views, timers)
@@ -150,6 +151,8 @@ class TeamLoop:
         for k in range(len(self.agents)):
             metrics = self._train_target(k, step, rows, advantages, omega, timers[k])
             metrics.update(self._agent_metrics(k, trajs[k], rewards, capability, omega, timers[k]))
+            metrics[M.ADV_DEGENERATE_PROMPTS] = float(degenerate[0][k])
+            metrics[M.ADV_DEGENERATE_MAX_ABS] = float(degenerate[1][k])
             results.append(metrics)
         team = _seconds(team_timer)
         team[M.STEP] = sum(team.values()) + sum(sum(t.seconds.values()) for t in timers)
