@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 
 from analysis.context import Context, Pair
 from analysis.evidence import CellSamples, evidence_of
-from analysis.reference import METHOD_LABELS
+from analysis.power import design_from_record, plan
+from analysis.reference import METHOD_LABELS, pilot_designs
 from analysis.reference import headline as paper_headline
 from analysis.stats import AVG, Difference, mean_cell, paired_difference
 from analysis.table import Table
-from analysis.verdicts import NOT_TESTABLE, ClaimVerdict, judge
+from analysis.verdicts import NOT_TESTABLE, ClaimVerdict, Comparison, judge
 
 ALPHA = 0.05
 
@@ -115,9 +116,34 @@ def compare(ctx: Context, claim: Claim, table: Table, sweep: str, better: str,
                 reasons[label] = _untested(ctx, table, p, agent, a, b, better, worse)
             else:
                 seeds.append(diff[AVG].n_seeds)
-    claim = _judged(claim, judge(claim.text, comparisons, alpha=ALPHA), reasons, seeds)
+    verdict = judge(claim.text, comparisons, alpha=ALPHA)
+    claim = _judged(claim, verdict, reasons, seeds)
     claim.paper_verdict = _paper_side(table, pairs, better, worse)
+    if ctx.scale == "tiny" and (better, worse) == ("hacpo", "gspo_x2"):
+        tested = sum(c.estimate is not None for c in verdict.comparisons)
+        claim.details = [_with_power(line, c, tested)
+                         for line, c in zip(claim.details, verdict.comparisons, strict=True)]
+        if pilot := pilot_designs():
+            claim.details.append(f"predicted MDEs: the design each agent showed in a pilot "
+                                 f"(analysis/reference/tiny/designs.json, "
+                                 f"{pilot['measured']['source']}) at the seeds run here")
     return claim
+
+
+def _with_power(line: str, comparison: Comparison, family: int) -> str:
+    """`line` with the comparison's measured MDE and the one its design predicted from the tiny
+    pilot (analysis/reference/tiny/designs.json, scripts/tiny_design.py) at its seed count."""
+    designs = pilot_designs()
+    key = comparison.label.split(": ")[0].replace(" / ", "/")
+    if comparison.mde is None or comparison.n_seeds is None or key not in designs:
+        return line
+    predicted = plan(design_from_record(designs[key]).with_seeds(comparison.n_seeds),
+                     alpha=ALPHA / family).mde
+    said = f"predicted {100 * predicted:.1f} pt for {comparison.n_seeds} seeds"
+    mde_text = f"(MDE {100 * comparison.mde:.1f} pt)"
+    if line.endswith(mde_text):  # inconclusive: its MDE is already there
+        return f"{line[:-1]}; {said})"
+    return f"{line} (MDE {100 * comparison.mde:.1f} pt; {said})"
 
 
 def average_gain(ctx: Context, table: Table, sweep: str, better: str, worse: str,

@@ -19,7 +19,9 @@ MDE is `analysis.stats.mde` of that SE.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -130,6 +132,25 @@ def design_of(a: Cell, b: Cell) -> Design:
                     for v, r, s, p in zip(pvar, corr, share, sizes, strict=True))
         seed_var = max(0.0, comp.seeds * n_seeds - noise) / 2
     return Design(tuple(sizes), n_seeds, tuple(pvar), tuple(corr), seed_var, tuple(share))
+
+
+def design_record(design: Design) -> dict[str, Any]:
+    """`design` as JSON-able values (analysis/reference/tiny/designs.json holds such records)."""
+    return {"n_problems": list(design.n_problems), "n_seeds": design.n_seeds,
+            "problem_var": list(design.problem_var), "correlation": list(design.correlation),
+            "seed_var": design.seed_var, "problem_share": list(design.problem_share)}
+
+
+def design_from_record(record: Mapping[str, Any]) -> Design:
+    """The inverse of `design_record` (ValueError naming a missing or extra key)."""
+    keys = {"n_problems", "n_seeds", "problem_var", "correlation", "seed_var", "problem_share"}
+    if set(record) != keys:
+        raise ValueError(f"a design record has exactly the keys {sorted(keys)}, got "
+                         f"{sorted(record)}")
+    return Design(tuple(int(p) for p in record["n_problems"]), int(record["n_seeds"]),
+                  tuple(float(v) for v in record["problem_var"]),
+                  tuple(float(r) for r in record["correlation"]), float(record["seed_var"]),
+                  tuple(float(s) for s in record["problem_share"]))
 
 
 def _problem_share(d: np.ndarray, n_seeds: int) -> float:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 PAPER_DIR = Path(__file__).parent / "reference" / "paper"
+# the per-agent designs of a tiny Table-1 pilot (scripts/tiny_design.py --write)
+DESIGNS_FILE = Path(__file__).parent / "reference" / "tiny" / "designs.json"
 # the seven evaluation benchmarks, in the paper's column order
 BENCHMARKS = ("math500", "math", "gsm8k", "aime2025", "amc23", "minerva", "olympiad")
 LABELS = {"math500": "MATH-500", "math": "MATH", "gsm8k": "GSM8K", "aime2025": "AIME2025",
@@ -51,6 +53,18 @@ def headline(claim: str) -> tuple[float, str]:
     note = "; ".join(f"{r.version} {r.where}: {r.value:+.1f} {r.unit}"
                      for r in rows.itertuples(index=False))
     return float(current["value"]), note
+
+
+@cache
+def pilot_designs() -> dict[str, dict]:
+    """{"pair/agent": design record} of the tiny pilot, and where it was measured (key
+    "measured"); empty without the file."""
+    import json
+
+    if not DESIGNS_FILE.is_file():
+        return {}
+    data = json.loads(DESIGNS_FILE.read_text())
+    return {**data["comparisons"], "measured": data["measured"]}
 
 
 def paper_benchmark(name: str) -> str:

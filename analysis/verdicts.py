@@ -50,6 +50,7 @@ class Comparison:
     prob_improvement: float | None = None
     mde: float | None = None         # at 80% power and alpha / m (m: the family's size)
     reason: str = ""                 # why not testable
+    n_seeds: int | None = None       # of the paired difference
 
     def text(self, unit: float = 100.0, unit_name: str = "pt") -> str:
         """One line, e.g. '+0.62 pt [-0.41, +1.65], p 0.23 (Holm 0.46): inconclusive
@@ -113,7 +114,8 @@ def judge(claim: str, comparisons: Sequence[tuple[str, Difference | None]], *,
         else:
             verdict = INCONCLUSIVE
         out.append(Comparison(label, verdict, d.estimate, d.lo, d.hi, d.p, p_adj,
-                              d.prob_improvement, mde(d.se, d.df, alpha=alpha / m, power=power)))
+                              d.prob_improvement, mde(d.se, d.df, alpha=alpha / m, power=power),
+                              n_seeds=d.n_seeds))
     return ClaimVerdict(claim, summarize(out, unit, unit_name), out, alpha)
 
 

@@ -124,3 +124,27 @@ def test_a_prompt_whose_rewards_have_no_spread_is_counted_when_its_advantage_is_
     grpo = METHODS["grpo"].advantage_estimator.fn(rewards[:1], capability[:1],
                                                   AdvantageOptions(None, False, False))
     assert degenerate_prompts(rewards[:1], grpo)[0].tolist() == [0]
+
+
+def test_the_first_step_with_degenerate_prompts_is_one_warning(capsys) -> None:
+    """The job's log says it once, naming each agent's count and largest |A|; steps without
+    any, and later steps with some, say nothing (the metrics count them every step)."""
+    from hacrl.job.listeners import DegenerateWarning
+    from hacrl.schema import metric_names as M
+    from hacrl.training.events import StepDone
+    from hacrl.training.loop import StepResult
+
+    def step(k: int, counts: list[float]) -> StepDone:
+        return StepDone(k, StepResult([{M.ADV_DEGENERATE_PROMPTS: c,
+                                        M.ADV_DEGENERATE_MAX_ABS: 3.75e5 * c} for c in counts]))
+
+    warn = DegenerateWarning(["qwen3-4b", "qwen3-4b-instruct"])
+    warn(step(1, [0, 0]))
+    assert capsys.readouterr().err == ""
+    warn(step(2, [0, 2]))
+    warn(step(3, [1, 1]))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["hacrl: warning: step 2: prompts whose rewards are all equal got a non-zero "
+                   "advantage: qwen3-4b-instruct 2 (largest |A| 7.5e+05); the std is 0, so "
+                   "A = (R - baseline) / eps (the paper's formula as written; profile=as_run "
+                   "zeroes them). Counted each step as adv/degenerate_prompts; warned once"]

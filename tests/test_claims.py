@@ -277,3 +277,56 @@ def test_a_comparisons_line_shows_every_number_it_rests_on() -> None:
     assert Comparison("c", "not testable", reason="one seed").text() == \
         "c: not testable (one seed)"
     assert Comparison("c", "not testable").text() == "c: not testable"
+
+
+# -- the tiny design's power for the per-agent claim (issue: MDE <= 3 pt per agent) ----------
+
+def test_tiny_claim_seeds_predict_a_per_agent_mde_of_at_most_3_points() -> None:
+    """The pilot's designs (analysis/reference/tiny/designs.json) at Table 1's HACPO/GSPOx2
+    seeds (scale.claim_seeds): every Table-1 agent's HACPO - GSPOx2 comparison detects 3
+    points with 80% power at Holm's strictest level 0.05 / 6; the 3 seeds of the other
+    methods would not (what the pilot measured)."""
+    from analysis.power import design_from_record, plan
+    from analysis.reference import pilot_designs
+
+    designs = {k: v for k, v in pilot_designs().items() if k != "measured"}
+    cfg = compose([])
+    pairs = [compose([f"pair={name}"]).pair for name in ("state", "size", "model")]
+    agents = {f"{p.name}/{a}" for p in pairs for a in p.agents}
+    assert set(designs) == agents, sorted(set(designs) ^ agents)
+    seeds = len(cfg.scale.claim_seeds)
+    assert set(cfg.scale.seeds) <= set(cfg.scale.claim_seeds)
+    for key, record in designs.items():
+        design = design_from_record(record)
+        assert plan(design.with_seeds(seeds), alpha=0.05 / 6).mde <= 0.03, key
+    worst = max(plan(design_from_record(r).with_seeds(len(cfg.scale.seeds)),
+                     alpha=0.05 / 6).mde for r in designs.values())
+    assert worst > 0.03
+
+
+def test_a_design_record_round_trips_and_names_a_wrong_key() -> None:
+    from analysis.power import Design, design_from_record, design_record
+
+    design = Design((10, 20), 3, (0.2, 0.1), (0.5, 0.4), 0.001, (0.3, 0.2))
+    assert design_from_record(design_record(design)) == design
+    with pytest.raises(ValueError, match="exactly the keys"):
+        design_from_record({**design_record(design), "extra": 1})
+
+
+def test_the_predicted_mde_goes_beside_the_measured_one() -> None:
+    from analysis.claims import _with_power
+    from analysis.reference import pilot_designs
+
+    key = next(k for k in pilot_designs() if k != "measured")
+    pair, agent = key.split("/")
+    label = f"{pair} / {agent}: HACPO − GSPOx2"
+    base = Comparison(label, "inconclusive", 0.01, -0.01, 0.03, 0.3, 0.9, 0.8, 0.041,
+                      n_seeds=3)
+    line = _with_power(base.text(), base, 6)
+    assert re.search(r"inconclusive \(MDE 4\.1 pt; predicted \d+\.\d pt for 3 seeds\)$", line)
+    supported = Comparison(label, "supported", 0.05, 0.03, 0.07, 0.001, 0.004, 1.0, 0.02,
+                           n_seeds=8)
+    assert re.search(r": supported \(MDE 2\.0 pt; predicted \d+\.\d pt for 8 seeds\)$",
+                     _with_power(supported.text(), supported, 6))
+    unknown = Comparison("other / x: HACPO − GSPOx2", "inconclusive", 0.01, mde=0.04, n_seeds=3)
+    assert _with_power(unknown.text(), unknown, 6) == unknown.text()

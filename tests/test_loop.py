@@ -682,3 +682,25 @@ def test_update_width_follows_its_own_rows(micro_zoo, lenient_grader):
     assert widths[:2] == [1, 1] and min(widths[2:]) > 1
     for engine in engines:
         _check_update_widths(engine)
+
+
+@pytest.mark.parametrize("zero_uniform_groups, counted", [(False, 1), (True, 0)])
+def test_a_prompt_with_equal_rewards_and_unequal_capabilities_is_counted_per_agent(
+        micro_zoo, zero_uniform_groups: bool, counted: int) -> None:
+    """The loop reports each target's degenerate prompts (algo.degenerate_prompts) as step
+    metrics: agent 0 solves only prompt 0, agent 1 everything, so prompt 0's 2G rewards are
+    all 1 while P = (1/P, 1): the bare formula gives it a huge advantage; zeroing gives none."""
+    calls: list[int] = []
+
+    def grade(responses: list[str], answers: list[str]) -> list[float]:
+        calls.append(1)
+        first_agent = len(calls) % 2 == 1
+        return [float(not first_agent or i < G) for i in range(len(responses))]
+
+    seed_everything(0)
+    loop, _, _ = make_loop(micro_zoo, [QWEN, LLAMA], "hacpo", grade,
+                           zero_uniform_groups=zero_uniform_groups)
+    result = loop.step(1)
+    for metrics in result.agent_metrics:
+        assert metrics["adv/degenerate_prompts"] == counted
+        assert (metrics["adv/degenerate_max_abs"] > 1e4) == bool(counted)

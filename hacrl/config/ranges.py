@@ -286,6 +286,7 @@ RANGES: dict[str, Range] = {
     "scale.long_steps": count(1, 10_000_000),
     "scale.cost_steps": count(1, 10_000_000),
     "scale.seeds": items(count(0, SEED_MAX), 1),
+    "scale.claim_seeds": items(count(0, SEED_MAX), 1),
     # engines
     "engine.name": one_of("local", "verl"),
     "engine.device": text(r"auto|cpu|cuda(:\d+)?", means="auto, cpu, cuda or cuda:N"),

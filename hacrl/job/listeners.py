@@ -212,7 +212,11 @@ class DegenerateWarning:
             self.warned = True
             said = ", ".join(f"{a} {m[M.ADV_DEGENERATE_PROMPTS]:.0f} (largest |A| "
                              f"{m[M.ADV_DEGENERATE_MAX_ABS]:.3g})" for a, m in hits)
-            print(f"hacrl: warning: step {event.step}: prompts whose rewards are all equal got a "
-                  f"non-zero advantage: {said}; the std is 0, so A = (R - baseline) / eps (the "
-                  f"paper's formula as written; profile=as_run zeroes them). Counted each step "
-                  f"as {M.ADV_DEGENERATE_PROMPTS}; warned once", file=sys.stderr, flush=True)
+            from tqdm import tqdm
+
+            # tqdm.write: a line of its own above the job's progress bar
+            tqdm.write(f"hacrl: warning: step {event.step}: prompts whose rewards are all equal "
+                       f"got a non-zero advantage: {said}; the std is 0, so A = (R - baseline) "
+                       f"/ eps (the paper's formula as written; profile=as_run zeroes them). "
+                       f"Counted each step as {M.ADV_DEGENERATE_PROMPTS}; warned once",
+                       file=sys.stderr)
