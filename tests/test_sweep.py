@@ -22,15 +22,20 @@ from hacrl.sweep.slurm import render_sbatch
 def test_table1_trains_single_agent_methods_once_per_agent() -> None:
     expansion = expand("table1", compose)
     cells = expansion.cells
-    # 3 pairs x 3 seeds x (3 single-agent methods x 2 agents + naive + hacpo) asked, plus the
-    # base models once; the 4B-Base agent is in two pairs, so its single-agent cells are shared
-    assert (expansion.asked, len(cells)) == (3 * 3 * 8 + 6, 68)
+    # 3 pairs x 3 seeds x (2 single-agent methods x 2 agents + naive) and 3 pairs x 8 seeds x
+    # (GSPOx2 x 2 agents + hacpo) asked, plus the base models once; the 4B-Base agent is in two
+    # pairs, so its single-agent cells are shared
+    assert (expansion.asked, len(cells)) == (3 * 3 * 5 + 3 * 8 * 3 + 6, 108)
     assert Counter(c.method for c in cells) == {"base": 5, "grpo": 15, "gspo": 15,
-                                                "gspo_x2": 15, "naive": 9, "hacpo": 9}
+                                                "gspo_x2": 40, "naive": 9, "hacpo": 24}
     assert len({c.id for c in cells}) == len(cells)
-    # every trained method runs the same paired seeds (scale.seeds at tiny scale)
-    seeds = {m: sorted({c.seed for c in cells if c.method == m}) for m in ("grpo", "hacpo")}
-    assert seeds == {"grpo": [0, 1, 42], "hacpo": [0, 1, 42]}
+    # every trained method runs paired seeds (scale.seeds at tiny scale); HACPO and GSPOx2,
+    # the per-agent claim's, scale.claim_seeds, which hold them
+    seeds = {m: sorted({c.seed for c in cells if c.method == m})
+             for m in ("grpo", "naive", "gspo_x2", "hacpo")}
+    assert seeds == {"grpo": [0, 1, 42], "naive": [0, 1, 42],
+                     "gspo_x2": [0, 1, 2, 3, 4, 42, 1337, 3407],
+                     "hacpo": [0, 1, 2, 3, 4, 42, 1337, 3407]}
     assert {c.seed for c in cells if c.method == "base"} == {0}
     gspo_4b = [c for c in cells if c.method == "gspo" and c.agents == ["qwen3-4b-base"]]
     assert len(gspo_4b) == 3
