@@ -53,9 +53,9 @@ def main() -> int:
     protocol = ctx.protocol_of("table1")
     records: dict[str, dict] = {}
     print(f"per-agent HACPO - GSPOx2, MDE in points at 80% power and alpha {ALPHA}/{FAMILY}")
-    print("| pair / agent | pilot seeds | " + " | ".join(f"{s} seeds" for s in args.seeds)
-          + " | seeds for 3 pt |")
-    print("| --- | --- | " + " | ".join("---" for _ in args.seeds) + " | --- |")
+    print("| pair / agent | pilot seeds | seeds' share of the variance | "
+          + " | ".join(f"{s} seeds" for s in args.seeds) + " | seeds for 3 pt |")
+    print("| --- | --- | --- | " + " | ".join("---" for _ in args.seeds) + " | --- |")
     for p in ctx.pairs_of("table1"):
         for agent in p.agents:
             a = evidence.cell("hacpo", p, agent, "table1", protocol)
@@ -68,7 +68,11 @@ def main() -> int:
             mdes = [100 * plan(design.with_seeds(s), alpha=ALPHA / FAMILY).mde
                     for s in args.seeds]
             need = needed_seeds(design, 0.03, alpha=ALPHA / FAMILY)
-            print(f"| {p.name} / {agent} | {len(common)} | "
+            # what more seeds can reduce (the seed part) against what more problems can (the
+            # problem part), in the pilot's own design
+            parts = design.components()
+            share = parts.seeds / (parts.seeds + max(0.0, parts.problems))
+            print(f"| {p.name} / {agent} | {len(common)} | {share:.2f} | "
                   + " | ".join(f"{m:.2f}" for m in mdes) + f" | {need} |")
             records[f"{p.name}/{agent}"] = design_record(design)
     if args.write:
