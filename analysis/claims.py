@@ -121,9 +121,11 @@ def compare(ctx: Context, claim: Claim, table: Table, sweep: str, better: str,
     claim.paper_verdict = _paper_side(table, pairs, better, worse)
     if ctx.scale == "tiny" and (better, worse) == ("hacpo", "gspo_x2"):
         tested = sum(c.estimate is not None for c in verdict.comparisons)
-        claim.details = [_with_power(line, c, tested)
-                         for line, c in zip(claim.details, verdict.comparisons, strict=True)]
-        if pilot := pilot_designs():
+        powered = [_with_power(line, c, tested)
+                   for line, c in zip(claim.details, verdict.comparisons, strict=True)]
+        predicted = powered != claim.details
+        claim.details = powered
+        if predicted and (pilot := pilot_designs()):
             claim.details.append(f"predicted MDEs: the design each agent showed in a pilot "
                                  f"(analysis/reference/tiny/designs.json, "
                                  f"{pilot['measured']['source']}) at the seeds run here")

@@ -182,9 +182,14 @@ def test_claims_are_verdicts_with_intervals_and_the_correction(world: Context) -
     above = claims["HACPO is above GSPOx2 (AVG) for every agent of every Table-1 pair"]
     assert above.verdict.startswith("supported for 1 of 2, inconclusive for 1 (MDE ")
     assert "Holm over 2 comparisons, alpha 0.05" in above.method
-    small, big = above.details
-    assert small.startswith(f"{SIZE.name} / {SMALL}") and small.endswith(": supported")
-    assert re.search(r": inconclusive \(MDE \d+\.\d pt\)$", big)
+    # the size pair's agents are in the tiny pilot: each line also says what its design
+    # predicted for these seeds, and a last line where the prediction comes from
+    small, big, pilot = above.details
+    assert small.startswith(f"{SIZE.name} / {SMALL}")
+    assert re.search(r": supported \(MDE \d+\.\d pt; predicted \d+\.\d pt for 3 seeds\)$", small)
+    assert re.search(r": inconclusive \(MDE \d+\.\d pt; predicted \d+\.\d pt for 3 seeds\)$",
+                     big)
+    assert pilot.startswith("predicted MDEs: the design each agent showed in a pilot")
     assert "p " in small and "Holm" in small and "P(A > B)" in small
     # Naive vs GSPO: the runs exist but logged no outcomes, so nothing is tested
     naive = claims["Naive sharing is below GSPO (AVG) for every agent"]
