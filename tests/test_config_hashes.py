@@ -19,6 +19,13 @@ Migration (issue 14, old log-probs from the sampler): the local engine's `engine
 defaults to `sampler`, which enters the identity, so the 125 tiny training cells (timing cells
 included) have new hashes and train again; `engine.old_logprobs=recompute` gives back the old
 hashes and the runs made with them. The 7 base cells and paper scale (verl) are unchanged.
+
+Migration (issue 42, as_run = the code behind the paper's numbers): profile=as_run floors the
+capability at 1e-8 (the authors' main) instead of 0.01, which enters the identity of every cell
+that shares rollouts, and GRPO's identity holds verl's dual clip (algo.dual_clip_c, 3). Changed:
+tiny 65 cells (HACPO 32, Naive 12, GRPO 17, the four HACPO ablations), paper 44 (HACPO 27,
+Naive 6, GRPO 7, the ablations 4); they train again. New: tiny Table 1 runs HACPO and GSPOx2 on
+eight seeds (scale.claim_seeds), 34 more cells. Base, GSPO and GSPOx2 cells keep their hashes.
 """
 
 from __future__ import annotations

@@ -118,17 +118,19 @@ def test_union_trains_shared_cells_once_and_evaluates_each_protocol(tmp_path: Pa
         "hydra:\n  sweeper:\n    name: union\n    include: [table1, seeds]\n")
     expansion = expand("union", compose, dirs=(tmp_path, SWEEP_DIR))
     cells = {(c.method, tuple(c.agents), c.seed): c for c in expansion.cells}
-    # seeds asks 5 seeds x (hacpo + 2 x gspo + 2 x gspo_x2); seeds 0, 1 and 42 are Table 1's
-    # size cells
-    assert expansion.asked == 78 + 25
-    assert len(expansion.cells) == 68 + 25 - 15
+    # seeds asks 5 seeds x (hacpo + 2 x gspo + 2 x gspo_x2); Table 1 has the size pair's
+    # HACPO and GSPOx2 cells of all five (its claim seeds) and its GSPO cells of 0, 1 and 42
+    assert expansion.asked == 123 + 25
+    assert len(expansion.cells) == 108 + 25 - (5 + 2 * 5 + 2 * 3)
     shared = cells[("gspo", ("qwen3-4b-base",), 0)]
     assert shared.sweeps == ["table1", "seeds"] and shared.protocols == ["main", "ablation"]
-    assert cells[("hacpo", ("qwen3-1.7b-base", "qwen3-4b-base"), 1337)].protocols == ["ablation"]
+    assert cells[("hacpo", ("qwen3-1.7b-base", "qwen3-4b-base"), 1337)].protocols == [
+        "main", "ablation"]
+    assert cells[("gspo", ("qwen3-4b-base",), 1337)].protocols == ["ablation"]
     # Table 6 reads MATH-500 alone: a seeds-only cell evaluates it alone, a shared one all seven
     assert len(shared.benchmarks) == 7 and "eval.only=[" + ",".join(shared.benchmarks) + "]" \
         in shared.job_overrides()
-    only = cells[("hacpo", ("qwen3-1.7b-base", "qwen3-4b-base"), 1337)]
+    only = cells[("gspo", ("qwen3-4b-base",), 1337)]
     assert only.benchmarks == ["tiny_math500"] and "eval.only=[tiny_math500]" in only.job_overrides()
     assert compose(only.job_overrides()).eval.only == ["tiny_math500"]
 
@@ -149,11 +151,14 @@ def test_a_grid_benchmarks_key_names_paper_benchmarks(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_grid_axis_can_name_a_list_of_the_config(tmp_path: Path) -> None:
-    """`seed: ${scale.seeds}` is resolved at the sweep's scale: 3 seeds tiny, 1 paper."""
+    """`seed: ${scale.seeds}` is resolved at the sweep's scale: 3 seeds tiny, 1 paper (and
+    `${scale.claim_seeds}` likewise: 8 tiny, 1 paper)."""
     paper = expand("table1", lambda o: compose(["scale=paper", *o])).cells
     assert {c.seed for c in paper} == {0} and len(paper) == 26
-    three = expand("table1", lambda o: compose(["scale.seeds=[3,4,5]", *o])).cells
-    assert {c.seed for c in three if c.method == "hacpo"} == {3, 4, 5}
+    three = expand("table1", lambda o: compose(["scale.seeds=[3,4,5]", "scale.claim_seeds=[6]",
+                                                *o])).cells
+    assert {c.seed for c in three if c.method == "grpo"} == {3, 4, 5}
+    assert {c.seed for c in three if c.method == "hacpo"} == {6}
     (tmp_path / "bad.yaml").write_text(
         "hydra:\n  sweeper:\n    name: bad\n    grids:\n      - pair: size\n"
         "        method: hacpo\n        seed: ${scale.name}\n")

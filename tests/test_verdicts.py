@@ -178,16 +178,16 @@ def test_holm_returns_floats_whatever_the_input() -> None:
 # -- judge --------------------------------------------------------------------------------------
 
 def test_judge_fills_every_field_of_a_comparison() -> None:
-    """Each tested comparison carries the Difference's estimate, interval, p and P(A > B), its
-    Holm p within the family and its MDE at alpha / m and the claim's power."""
+    """Each tested comparison carries the Difference's estimate, interval, p, P(A > B) and seeds,
+    its Holm p within the family and its MDE at alpha / m and the claim's power."""
     a = _diff(0.02, 0.004, se=0.006, df=4.0, lo=0.003, hi=0.037, prob=0.97)
     b = _diff(-0.001, 0.3, se=0.007, df=5.0, lo=-0.02, hi=0.018, prob=0.41)
     v = vd.judge("A > B for every agent", [("agent 0", a), ("agent 1", b)])
     assert v.comparisons == [
         Comparison("agent 0", SUP, 0.02, 0.003, 0.037, 0.004, 2 * 0.004, 0.97,
-                   st.mde(0.006, 4.0, alpha=0.05 / 2, power=0.8)),
+                   st.mde(0.006, 4.0, alpha=0.05 / 2, power=0.8), n_seeds=3),
         Comparison("agent 1", INC, -0.001, -0.02, 0.018, 0.3, 0.3, 0.41,
-                   st.mde(0.007, 5.0, alpha=0.05 / 2, power=0.8)),
+                   st.mde(0.007, 5.0, alpha=0.05 / 2, power=0.8), n_seeds=3),
     ]
     assert (v.claim, v.alpha, v.correction) == ("A > B for every agent", 0.05, "Holm")
 
