@@ -67,7 +67,8 @@ _ALGO_TESTS = ("tests/test_algo_advantages.py", "tests/test_algo_capability.py",
                "tests/test_algo_edges.py", "tests/test_algo_plumbing.py",
                "tests/test_algo_loss.py", "tests/test_algo_methods.py",
                "tests/test_algo_objectives.py", "tests/test_algo_robustness.py",
-               "tests/test_algo_theory.py", "tests/test_method_registry.py")
+               "tests/test_algo_theory.py", "tests/test_method_registry.py",
+               "tests/test_as_run.py")
 _LOOP_TESTS = ("tests/test_loop.py", "tests/test_loop_glue.py", "tests/test_method_registry.py",
                "tests/test_job.py")
 
