@@ -123,7 +123,7 @@ class Backend:
             args = {**common, "tensor_parallel_size": self.tensor_parallel_size,
                     "data_parallel_size": self.data_parallel_size,
                     "gpu_memory_utilization": self.gpu_memory_utilization,
-                    # prompts longer than this would be truncated silently by vllm
+                    # a prompt longer than max_prompt_tokens is refused (vllm_lm), not cut
                     "max_model_len": self.max_prompt_tokens + protocol.max_new_tokens,
                     "seed": seed}
             if vllm_on_cpu:
@@ -138,7 +138,8 @@ class Backend:
 
     def make_lm(self, model_path: str, protocol: Protocol, seed: int) -> Any:
         """The lm-eval model, built from `model_args` as lm-eval's `simple_evaluate` builds it
-        (hf: its `hf` model with separate greedy and sampled batch sizes)."""
+        (hf: its `hf` model with separate greedy and sampled batch sizes; vllm: its `vllm`
+        model refusing prompts over the budget, `hacrl.evaluation.vllm_lm`)."""
         if self.name == "vllm":
             from hacrl.config.vllm_models import vllm_on_cpu
 
