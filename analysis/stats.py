@@ -313,13 +313,12 @@ def _point(cell: Cell, name: str) -> float:
     return float(np.mean(np.asarray(cell[name], dtype=float)))  # float64, as the SE
 
 
-def _rows(cell: Cell, reps: dict[str, np.ndarray], level: float, low: float
+def _rows(cell: Cell, n_seeds: int, reps: dict[str, np.ndarray], level: float, low: float
           ) -> Iterator[tuple[str, float, float, float, float, Components, int]]:
     """Per benchmark and AVG of `cell`: (name, estimate, SE, lo, hi, components, problems),
     the SE bootstrapped when `reps` has replicates (else analytic), the interval
     `bounded_interval` over [low, 1] with t(df) (low: 0 for a cell, -1 for a difference)."""
     sizes = {name: np.shape(y)[1] for name, y in cell.items()}
-    n_seeds = next(iter(np.shape(y)[0] for y in cell.values()))
     for name, comp in components(cell).items():
         est = _point(cell, name)
         se = float(reps[name].std(ddof=1)) if reps else comp.se
@@ -342,7 +341,7 @@ def cell_estimates(cell: Cell, *, n_boot: int = N_BOOT, seed: int = 0,
     reps = _bootstrap([cell], n_boot, seed)[0] if n_boot else {}
     sizes = {name: np.shape(y)[1] for name, y in cell.items()}
     out = {name: Estimate(name, est, se, lo, hi, comp.df, comp.se, n_seeds, problems)
-           for name, est, se, lo, hi, comp, problems in _rows(cell, reps, level, 0.0)}
+           for name, est, se, lo, hi, comp, problems in _rows(cell, n_seeds, reps, level, 0.0)}
     if reps:
         # replicates may step past an end (a resampled part added to the mean): clipped,
         # which moves no percentile that lies inside [0, 1]
@@ -428,7 +427,7 @@ def paired_difference(a: Cell, b: Cell, *, n_boot: int = N_BOOT, seed: int = 0,
     out = {name: Difference(name, est, se, lo, hi, comp.df, _p_value(est, se, comp.df),
                             _improvement(reps_d[name]) if reps_d else None, comp.se, n_seeds,
                             problems, alpha, power)
-           for name, est, se, lo, hi, comp, problems in _rows(d, reps_d, level, -1.0)}
+           for name, est, se, lo, hi, comp, problems in _rows(d, n_seeds, reps_d, level, -1.0)}
     if reps_d:
         iqm_reps = np.clip(np.clip(_iqm(np.stack([reps_a[n] for n in d], axis=1)), 0.0, 1.0)
                            - np.clip(_iqm(np.stack([reps_b[n] for n in d], axis=1)), 0.0, 1.0),

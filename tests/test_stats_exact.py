@@ -512,6 +512,9 @@ def test_bounded_interval_maps_a_difference_and_handles_the_ends() -> None:
     assert st.bounded_interval(1.0, 0.0, 4, 0.95, count=300) == pytest.approx(
         (300 / (300 + z ** 2), 1.0), rel=1e-12)
     assert st.bounded_interval(-1.0, 0.0, 4, 0.95, -1.0, 1.0, count=300)[0] == -1.0
+    # Wilson's upper end at all-correct is 1 in exact arithmetic and 1 + 2e-16 in floats for
+    # many counts (20 at 2 df): the range still holds it
+    assert st.bounded_interval(1.0, 0.0, 2, 0.95, count=20)[1] == 1.0
     # no spread and no count, or mid-range without spread: the point
     assert st.bounded_interval(0.0, 0.0, 4) == (0.0, 0.0)
     assert st.bounded_interval(0.3, 0.0, 4, count=300) == (0.3, 0.3)

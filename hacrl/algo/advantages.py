@@ -19,6 +19,12 @@ def _group_stats(groups: Tensor) -> tuple[Tensor, Tensor]:
     return groups.mean(dim=-1), groups.std(dim=-1)
 
 
+def _pooled(rewards: Tensor) -> Tensor:
+    """[n_agents, P, G] -> [P, n*G]: every agent's samples of a prompt in one row."""
+    n, p, g = rewards.shape
+    return rewards.permute(1, 0, 2).reshape(p, n * g)
+
+
 def group_relative_advantages(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     """GRPO/GSPO: A = (R - mean) / (std + eps) within each agent's G samples of one prompt.
 
@@ -40,10 +46,20 @@ def pooled_advantages(rewards: Tensor, eps: float = 1e-6) -> Tensor:
         [n_agents, n_prompts, G], the same value whichever agent trains on the sample.
     """
     n, p, g = rewards.shape
-    pooled = rewards.permute(1, 0, 2).reshape(p, n * g)
+    pooled = _pooled(rewards)
     mean, std = _group_stats(pooled)
     adv = (pooled - mean[:, None]) / (std[:, None] + eps)
     return adv.reshape(p, n, g).permute(1, 0, 2)
+
+
+def uniform_prompts(rewards: Tensor) -> Tensor:
+    """[P] bool: prompts whose n*G rewards (all agents' samples of it) are all equal.
+
+    Args:
+        rewards: [n_agents, n_prompts, G].
+    """
+    pooled = _pooled(rewards)
+    return (pooled == pooled[:, :1]).all(dim=-1)
 
 
 def capability_aware_baseline(rewards: Tensor, omega: Tensor) -> Tensor:
@@ -80,17 +96,15 @@ def capability_aware_advantages(
     Returns:
         [n_target, n_source, n_prompts, G].
     """
-    n, p, g = rewards.shape
     omega = omega_matrix(capability, omega_clamp)
     baseline = capability_aware_baseline(rewards, omega)  # [n_target, P]
     if baseline_guard:
         own_mean = rewards.mean(dim=-1)  # [n, P]; the target's own mean
         baseline = torch.where(baseline > 1.0, own_mean, baseline)
-    pooled = rewards.permute(1, 0, 2).reshape(p, n * g)
-    _, std = _group_stats(pooled)  # [P]
+    _, std = _group_stats(_pooled(rewards))  # [P]
     adv = (rewards[None] - baseline[:, None, :, None]) / (std[None, None, :, None] + eps)
     if zero_uniform_groups:
-        uniform = (pooled == pooled[:, :1]).all(dim=-1)  # [P]
+        uniform = uniform_prompts(rewards)  # [P]
         adv = torch.where(uniform[None, None, :, None], torch.zeros_like(adv), adv)
     return adv
 
@@ -109,9 +123,7 @@ def degenerate_prompts(rewards: Tensor, advantages: Tensor) -> tuple[Tensor, Ten
         (count [n_target]: such prompts in each target's advantages, largest [n_target]: the
         largest |A| on them, 0 where there are none).
     """
-    n, p, g = rewards.shape
-    pooled = rewards.permute(1, 0, 2).reshape(p, n * g)
-    uniform = (pooled == pooled[:, :1]).all(dim=-1)  # [P]
+    uniform = uniform_prompts(rewards)  # [P]
     largest_per_prompt = advantages.abs().amax(dim=(1, 3))  # [n_target, P]
     degenerate = uniform[None, :] & (largest_per_prompt > 0)
     largest = torch.where(degenerate, largest_per_prompt, torch.zeros_like(largest_per_prompt))
