@@ -329,3 +329,54 @@ def test_a_dataset_two_jobs_log_at_once_is_linked_not_fatal(tmp_path: Path) -> N
     tracker.client._client.log_inputs = broken
     with pytest.raises(MlflowException, match="something else"):
         tracker.log_datasets(second, datasets)
+
+
+def _cut_off_server(listener: socket.socket) -> None:
+    """Answers every request with the head of a chunked body, then closes: a server killed
+    while it sends its answer, as the client sees it."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn:
+            request = b""
+            while b"\r\n\r\n" not in request:   # the whole request, so closing is no reset
+                request += conn.recv(65536)
+            head, body = request.split(b"\r\n\r\n", 1)
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n2\r\n")
+            conn.shutdown(socket.SHUT_WR)
+
+
+@pytest.mark.parametrize("where", ["refused", "cut_off"])
+def test_a_server_gone_mid_job_is_one_store_error(where: str, monkeypatch) -> None:
+    """A write to a server that is gone (nothing listens; or the answer stops mid-body, as
+    when the server is SIGKILLed while answering) is one StoreError that says to rerun, not
+    MLflow's chained traceback."""
+    import threading
+
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    from hacrl.tracking.mlflow_store import Timed
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        if where == "cut_off":
+            listener.listen(8)
+            threading.Thread(target=_cut_off_server, args=(listener,), daemon=True).start()
+        else:
+            listener.close()
+        client = Timed(MlflowClient(tracking_uri=uri), uri, retries=0)
+        with pytest.raises(StoreError) as caught:
+            client.log_batch("0" * 32, metrics=[Metric("loss", 1.0, 0, 0)])
+    message = str(caught.value)
+    assert uri in message and "stopped answering" in message and "rerun" in message
+    assert ("Connection broken" if where == "cut_off" else "Connection refused") in message

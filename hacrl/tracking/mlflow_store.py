@@ -485,17 +485,21 @@ def experiment_id(client: Any, name: str, artifacts: str | None, uri: str) -> st
 
 def server_gone(err: BaseException) -> str | None:
     """Why a call to an `mlflow server` failed for good when the server was gone (refused or
-    reset connections, timeouts, 5xx answers through all of MLflow's retries): a short reason;
-    None for any other error (a bad request, a deleted run: MLflow's own message says it)."""
+    reset connections, an answer cut off mid-body, timeouts, 5xx answers through all of
+    MLflow's retries): a short reason; None for any other error (a bad request, a deleted run:
+    MLflow's own message says it)."""
     import requests
 
     cause = err.__cause__ or err.__context__
     text = str(err)
-    if not (isinstance(cause, requests.ConnectionError | requests.Timeout)
+    # a server killed while it sends an answer leaves a chunked body cut short: requests says
+    # ChunkedEncodingError, which is not a ConnectionError
+    lost = requests.ConnectionError | requests.Timeout | requests.exceptions.ChunkedEncodingError
+    if not (isinstance(cause, lost)
             or "Max retries exceeded" in text or "failed with timeout exception" in text):
         return None
     for reason in ("Connection refused", "Connection reset", "Remote end closed",
-                   "Read timed out", "timeout", "too many 5"):
+                   "Connection broken", "Read timed out", "timeout", "too many 5"):
         if reason.lower() in text.lower():
             return reason if reason != "too many 5" else "5xx answers"
     return "no answer"
