@@ -5,7 +5,7 @@ place: a report is never half-written). A folder is only ever replaced if hacrl 
 holds MARKER); any other existing, non-empty folder is refused before anything is written:
     index.html               everything: claims, tables, figures, the MLflow runs behind each cell
     report.md                the same in Markdown
-    tables/<key>.{md,tex,csv}
+    tables/<key>.{md,tex,csv}   the sweep's tables, and `cost` (what its cells cost, measured)
     figures/<name>.{png,svg}
     runs.csv                 table, section, row, column -> MLflow run ids
     .hacrl-report            the marker: this folder is a report hacrl may replace
@@ -35,6 +35,7 @@ from omegaconf import DictConfig
 from analysis import claims as claims_mod
 from analysis.builders import registered, unknown_keys
 from analysis.context import Context
+from analysis.cost import cost_table
 from analysis.store import Store
 from analysis.table import Table
 from analysis.table_registry import figure_order, table_order
@@ -44,6 +45,7 @@ from hacrl.schema import tags as T
 from hacrl.schema.sweep_manifest import SweepManifest
 
 MARKER = ".hacrl-report"
+COST = "cost"  # the measured-cost table every report ends with (`analysis.cost`)
 
 
 @dataclass
@@ -156,6 +158,7 @@ def build(ctx: Context, sweep: str, folder: Path, table_keys: list[str],
                           f"{', '.join(choices)}")
     builders, _ = registered()
     tables = {key: builders[key](ctx) for key in table_order(table_keys)}
+    tables[COST] = cost_table(ctx)  # every report: what its cells cost, measured
     found_claims = claims_mod.check(tables, ctx)
     folder = folder.resolve()
     check_destination(folder)

@@ -22,7 +22,8 @@ from hacrl.schema import tags as T
 from hacrl.schema.metric_names import REPORTED_PREFIXES
 
 TAGS = (T.KIND, T.METHOD, T.MODEL, T.PAIR, T.SETTING, T.SEED, T.SCALE, T.CONFIG_HASH, T.CELL,
-        T.MODEL_PATH, T.ZOO_SEED, T.PARENT, T.TIMING_REPEAT, T.RUN_NAME)
+        T.MODEL_PATH, T.ZOO_SEED, T.PARENT, T.TIMING_REPEAT, T.RUN_NAME, T.GIT_COMMIT,
+        T.SOURCE_COMMIT, T.SWEEPS, T.GPU_TYPE)
 PARAMS = ("algo.alpha", "algo.cross_clip_lower", "algo.delta_step", "train.steps",
           "engine.threads", "pair.name", "train.lr", "train.prompts_per_step",
           "train.minibatch_prompts", "train.rollouts_per_prompt", "rollout.max_new_tokens",

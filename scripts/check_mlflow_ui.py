@@ -1,5 +1,6 @@
-"""Open a sweep's jobs in the MLflow UI in headless Chromium: the named runs and the method, pair,
-seed and AVG columns must be on the runs page; take a screenshot.
+"""Open a sweep's jobs in the MLflow UI in headless Chromium: the named runs (jobs, or the seed
+groups they are nested under) and the method, pair, seed and AVG columns must be on the runs
+page; take a screenshot.
 
     python scripts/check_mlflow_ui.py <output root> [--sweep table1] [--screenshot shot.png]
 
@@ -72,9 +73,10 @@ def find_view(stderr: IO[str], sweep: str, timeout_s: float) -> str | None:
 def page_problems(dom: str) -> tuple[list[str], list[str]]:
     """(what the runs page lacks, the run names it shows) from its DOM after its scripts ran."""
     problems = [f"no column {c}" for c in COLUMNS if f'col-id="{c}' not in dom]
-    names = sorted(set(re.findall(r">([\w.+-]+ · [\w.+-]+ · seed \d+)<", dom)))
+    # job runs, or the seed groups they are nested under (`analysis.seed_groups`; collapsed)
+    names = sorted(set(re.findall(r">([\w.+-]+ · [\w.+-]+ · (?:seed \d+|\d+ seeds?))<", dom)))
     if not names:
-        problems.append("no run named '<method> · <pair> · seed <s>'")
+        problems.append("no run named '<method> · <pair> · seed <s>' (or '... · <n> seeds')")
     return problems, names
 
 

@@ -244,7 +244,8 @@ def test_report_folder_claims_figures_and_mlflow_run(world, tmp_path):
     assert set(paper.tables) == set(TABLES) and set(paper.figures) == set(FIGURES)
     report = build(ctx, "paper", tmp_path / "report", paper.tables, paper.figures)
     assert list(report.tables) == ["table1", "table2", "table3", "table4", "table5", "table6",
-                                   "table7", "table8", "table9", "alpha"]  # the paper's order
+                                   "table7", "table8", "table9", "alpha",
+                                   "cost"]  # the paper's order, then what the sweep cost
     folder = report.folder
     for key in ("table1", "table6", "table7", "table9"):
         for suffix in ("md", "tex", "csv"):

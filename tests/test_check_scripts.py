@@ -113,8 +113,11 @@ def test_check_mlflow_ui_wants_the_columns_and_named_runs(monkeypatch: pytest.Mo
     columns = "".join(f'<div col-id="{c}x">' for c in check.COLUMNS)
     run = "<a>hacpo · size · seed 0</a>"
     assert check.page_problems(columns + run) == ([], ["hacpo · size · seed 0"])
-    problems, names = check.page_problems(columns)
-    assert names == [] and problems == ["no run named '<method> · <pair> · seed <s>'"]
+    group = "<a>hacpo · size · 3 seeds</a>"  # a seed group, its jobs collapsed under it
+    assert check.page_problems(columns + group) == ([], ["hacpo · size · 3 seeds"])
+    problems, names = check.page_problems(columns + "<a>hacpo · size</a>")
+    assert names == [] and problems == [
+        "no run named '<method> · <pair> · seed <s>' (or '... · <n> seeds')"]
     problems, _ = check.page_problems(run)
     assert problems == [f"no column {c}" for c in check.COLUMNS]
 

@@ -18,7 +18,9 @@ from hacrl.config import CONFIG_DIR, ConfigError, compose, model_path, validate
 from hacrl.config.leaves import leaves
 from hacrl.config.ranges import RANGES, count, items, one_of, range_of, real, refusals, text
 
-REFERENCES = [[], ["scale=paper"], ["engine=verl"]]
+# (the price table is an empty mapping by default: one reference prices a GPU, so that its
+# entries' range is walked too)
+REFERENCES = [[], ["scale=paper"], ["engine=verl"], ["+cost.gpu_hour_usd={H100: 2.5}"]]
 
 
 def _leaves(overrides: list[str]) -> dict[str, object]:

@@ -482,6 +482,8 @@ def test_a_kill_at_any_point_of_finishing_is_repaired(hacrl, new_output_root, jo
         assert kid.info.status == "FINISHED" and kid.data.tags.get("hacrl.eval.main.key")
         assert "eval/main/tiny_gsm8k/acc" in kid.data.metrics
     assert "time/wall_s" in finished[0].data.metrics
+    # ... and its tokens, summed from the agents' curves (the killed process's CPU is lost)
+    assert finished[0].data.metrics["cost/tokens_trained"] > 0
     if point == "done_json":  # the point that used to wedge every rerun: now it is finished
         third = _train_here(root, capsys, *evaluated)
         assert third.returncode == 0 and "already finished" in third.stderr

@@ -305,6 +305,10 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
     assert (root / "reports" / "mini-tiny" / "index.html").is_file(), first.stderr
     assert "[hacrl sweep] report:" in first.stderr
     assert len(_runs(root, "tags.`hacrl.kind` = 'report'")) == 1
+    # ... and its seed groups (one seed each here): every job nested under its group's run
+    assert "[hacrl sweep] seed groups: 3 group runs in MLflow (3 written" in first.stderr
+    groups = {r.info.run_id for r in _runs(root, "tags.`hacrl.kind` = 'seed_group'")}
+    assert len(groups) == 3 and {r.data.tags["mlflow.parentRunId"] for r in jobs} == groups
 
     # again: finished cells are skipped (nothing retrained), the failed one is tried again
     second = subprocess.run(args, env=cli_env(root), capture_output=True, text=True, timeout=600)
@@ -313,6 +317,8 @@ def test_sweep_isolates_a_failure_skips_done_cells_and_reports(tmp_path, cli_env
     rows = json.loads((root / "sweeps" / "mini" / "status.json").read_text())["rows"]
     assert Counter(r["status"] for r in rows) == {"skipped": 3, "failed": 1}
     assert len(_runs(root, "tags.`hacrl.kind` = 'job'")) == 3
+    assert "seed groups: 3 group runs in MLflow (0 written, 3 unchanged)" in second.stderr
+    assert {r.info.run_id for r in _runs(root, "tags.`hacrl.kind` = 'seed_group'")} == groups
 
     status = subprocess.run([*hacrl_cmd, "status", "mini", f"output_root={root}"],
                             env=cli_env(root), capture_output=True, text=True, timeout=120)

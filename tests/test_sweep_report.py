@@ -212,6 +212,8 @@ def test_the_report_is_written_after_a_sweep_whose_cells_failed(new_output_root,
     assert (root / "reports" / "table2-tiny" / "tables" / "table2.csv").is_file()
     err = capsys.readouterr().err
     assert "[hacrl sweep] report:" in err and "Traceback" not in err
+    # then the seed groups of the store's job runs (`analysis.seed_groups`): none here
+    assert "[hacrl sweep] seed groups: no finished job runs to group" in err
     # the sweep's last line says what failed and what to do
     assert err.strip().splitlines()[-1] == (
         "[hacrl sweep] 1 of 2 cells did not finish; their logs say why (`hacrl status table2`), "
@@ -248,7 +250,7 @@ def _report(root: Path, capsys: pytest.CaptureFixture[str]) -> str:
     from hacrl.cli.main import main
 
     assert main(["report", "table2", f"output_root={root}", "--no-mlflow"]) == 0
-    assert "report of table2: 1 tables" in capsys.readouterr().out
+    assert "report of table2: 2 tables" in capsys.readouterr().out  # table2 and cost
     return (root / "reports" / "table2-tiny" / "tables" / "table2.csv").read_text()
 
 
@@ -285,6 +287,6 @@ def test_a_users_own_sweep_is_reported_from_its_search_path(new_output_root, tmp
     assert "sweep 'mine': no sweeps/mine.yaml" in capsys.readouterr().err
     assert main(["report", "mine", f"hydra.searchpath=[file://{configs}]", f"output_root={root}",
                  "--no-mlflow"]) == 0
-    assert "report of mine: 1 tables" in capsys.readouterr().out
+    assert "report of mine: 2 tables" in capsys.readouterr().out  # table2 and cost
     table = (root / "reports" / "mine-tiny" / "tables" / "table2.csv").read_text().splitlines()
     assert table[0].startswith("section,row,column,ours") and len(table) > 1

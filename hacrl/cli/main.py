@@ -1,4 +1,5 @@
-"""The `hacrl` command: train, sweep, status, report, plot, eval, data, zoo build, ui, bench."""
+"""The `hacrl` command: train, sweep, plan, status, report, compare, plot, eval, data, zoo build, ui,
+bench."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ def _main(argv: list[str] | None) -> int:
         return train_command.run_words(words[1:])
     if words[:1] == ["sweep"] and len(words) > 1 and not {"-h", "--help"} & set(words[1:]):
         return sweep_commands.run_sweep(words[1], words[2:])
+    if words[:1] == ["plan"] and len(words) > 1 and not {"-h", "--help"} & set(words[1:]):
+        return sweep_commands.run_sweep(words[1], [*words[2:], "hydra.sweeper.dry_run=true"])
     parser = _parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "takes_overrides", False):

@@ -9,7 +9,8 @@ from typing import Any
 
 SWEEP_EXAMPLES = """examples:
   hacrl sweep table1                              Table 1 at tiny scale, 2 cells at a time
-  hacrl sweep paper hydra.sweeper.dry_run=true    what would run, launching nothing
+  hacrl sweep paper hydra.sweeper.dry_run=true    what would run and cost, launching nothing
+  hacrl plan paper scale=paper launcher=slurm     the same (a sweep's dry run)
   hacrl sweep table2 --cfg hydra                  the sweep's Hydra config
   hacrl sweep paper scale=paper launcher=slurm    GPUs on a SLURM cluster"""
 
@@ -23,6 +24,15 @@ def add_parsers(sub: Any) -> None:
                        "schedules paper")
     sweep.add_argument("overrides", nargs="*")
     sweep.set_defaults(command_run=None)  # `hacrl sweep NAME` reaches argparse only for --help
+    plan = sub.add_parser("plan", help="what a sweep would run and cost, launching nothing "
+                          "(its dry run): hacrl plan paper scale=paper launcher=slurm",
+                          epilog="The estimate's seconds per unit come from the cells this "
+                          "output root measured at the same scale, else from the shipped "
+                          "calibration (tiny: a 2-core machine; paper: the paper's Table 7); "
+                          "docs/COST.md says how.")
+    plan.add_argument("name", help="a sweep, as for hacrl sweep")
+    plan.add_argument("overrides", nargs="*")
+    plan.set_defaults(command_run=None)  # reaches argparse only for --help
     status = sub.add_parser("status", help="the table of a sweep's cells (while it runs or after)")
     status.add_argument("name")
     status.add_argument("overrides", nargs="*", help="e.g. output_root=... (where it ran)")
@@ -83,4 +93,18 @@ def run_status(args: argparse.Namespace, overrides: list[str]) -> int:
     if not elapsed:
         summary = summary.split(" · ")[0]
     print(f"{summary} ({len(rows)} cells, asked {manifest.asked}; state in {sweep_dir})")
+    print(_cost_line(manifest, str(cfg.tracking.experiment), statuses))
     return 0
+
+
+def _cost_line(manifest: Any, experiment: str, statuses: dict[str, str]) -> str:
+    """What the sweep's done cells cost so far, read from the store (`analysis.cost`)."""
+    from analysis.cost import status_line
+    from analysis.store import open_store
+    from hacrl.core.errors import StoreError
+
+    try:
+        store = open_store(manifest.tracking_uri, experiment)
+    except StoreError as err:
+        return f"cost so far: not read ({err})"
+    return status_line(store, manifest.cells, statuses)

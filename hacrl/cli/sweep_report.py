@@ -6,7 +6,8 @@ MLflow store) do not import each other; this module, on top of both, connects th
 - before a sweep runs, the report keys its files name (`hydra.sweeper.report`) are checked
   against the tables and figures `analysis` registered;
 - after it ran (also when some cells failed), the report is made from the manifest it wrote;
-  a sweep whose files name no table says so in one line instead;
+  a sweep whose files name no table says so in one line instead; then the seed groups of the
+  store's job runs are written (`write_seed_groups`, also by `hacrl report`);
 - `hacrl report <sweep>` gets the sweep's record here: its manifest's cells when it ran at this
   scale, else a fresh expansion of sweeps/<sweep>.yaml (a sweep never run lists its cells as
   `not run`), with the tables, figures and grids of the sweep files as they are now, and the
@@ -92,10 +93,34 @@ def run_sweep(run: SweepRun) -> list[dict[str, Any]]:
 
 def _report_after(run: SweepRun) -> None:
     from hacrl.sweep.run import say
+    from hacrl.tracking.mlflow_store import resolve_uri
 
     manifest, cfg = run.manifest, run.first
     if run.dry_run or manifest is None or cfg is None:
         return
+    _write_report(run, manifest, cfg)
+    say(write_seed_groups(resolve_uri(cfg.tracking.uri, Layout.at(cfg.output_root).root),
+                          str(cfg.tracking.experiment)))
+
+
+def write_seed_groups(uri: str, experiment: str) -> str:
+    """The seed groups of the store's job runs written into it (`analysis.seed_groups`; runs
+    from before the seed_group tag placed by their params, `hacrl.config.seed_group_of_logged`),
+    as one line; a store that cannot be written is said in it (the runs are safe)."""
+    from analysis.seed_groups import update_seed_groups
+    from hacrl.config import seed_group_of_logged
+    from hacrl.core.errors import HacrlError, one_line
+
+    try:
+        return update_seed_groups(uri, experiment, seed_group_of_logged).line()
+    except Exception as err:  # the runs are safe in MLflow; `hacrl report` writes them again
+        why = str(err) if isinstance(err, HacrlError) else f"{type(err).__name__}: {one_line(err)}"
+        return f"seed groups not written to MLflow ({why}); `hacrl report` writes them"
+
+
+def _write_report(run: SweepRun, manifest: SweepManifest, cfg: DictConfig) -> None:
+    from hacrl.sweep.run import say
+
     if line := no_table_line(manifest, manifest.tracking_uri):
         say(line)
         return

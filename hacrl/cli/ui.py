@@ -59,7 +59,7 @@ def view_links(store: str, base: str) -> list[str]:
     try:
         from mlflow.tracking import MlflowClient
 
-        from hacrl.tracking.ui_views import view_url, write_views
+        from hacrl.tracking.ui_views import view_url, write_group_views, write_views
 
         client = MlflowClient(store)
         lines = []
@@ -70,8 +70,12 @@ def view_links(store: str, base: str) -> list[str]:
                 what = "all jobs" if name == "jobs" else f"the jobs of sweep {name}"
                 lines.append(f"  {experiment.name}, {what}: "
                              f"{view_url(base, experiment.experiment_id, key)}")
-        return ["views (runs named by method, pair and seed; each agent's AVG as a column):",
-                *lines] if lines else []
+            for sweep, key in write_group_views(client, experiment.experiment_id).items():
+                what = "seed groups" + ("" if sweep is None else f" of sweep {sweep}")
+                lines.append(f"  {experiment.name}, {what} (AVG: mean, 95% interval low/high, "
+                             f"seeds): {view_url(base, experiment.experiment_id, key)}")
+        return ["views (runs named by method, pair and seed; each agent's AVG as a column; "
+                "a cell's seeds nested under its seed group):", *lines] if lines else []
     except Exception as err:  # the UI still opens; the views are a convenience
         return [f"(no saved views: {type(err).__name__}: {str(err).splitlines()[0]})"]
 

@@ -20,6 +20,8 @@ from hacrl.config.identity import (
     CROSS_AGENT_KEYS,
     OLD_LOGPROBS,
     config_hash,
+    seed_group,
+    seed_group_of_logged,
     training_identity,
     zoo_seed,
 )
@@ -34,4 +36,5 @@ from hacrl.config.validation import (
 
 __all__ = ["CONFIG_DIR", "CROSS_AGENT_KEYS", "OLD_LOGPROBS", "AgentSpec", "ConfigError", "JobSpec",
            "check_zoo_draw", "compose", "config_hash", "default_kinds", "literal_config",
-           "model_path", "training_identity", "use_default_kinds", "validate", "zoo_seed"]
+           "model_path", "seed_group", "seed_group_of_logged", "training_identity",
+           "use_default_kinds", "validate", "zoo_seed"]

@@ -4,8 +4,10 @@ it, is not part of it."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -63,5 +65,60 @@ def zoo_seed(cfg: DictConfig) -> int | None:
 
 
 def config_hash(cfg: DictConfig) -> str:
-    blob = json.dumps(training_identity(cfg), sort_keys=True, default=str)
+    return _digest(training_identity(cfg))
+
+
+def seed_group(cfg: DictConfig) -> str:
+    """The hash of the training identity without the seed: equal for the seeds of one sweep
+    cell (same method, team, settings), the job run's `seed_group` tag. Not a config hash: a
+    cell's id is still `config_hash`, which this leaves as it was."""
+    return _seed_group(training_identity(cfg))
+
+
+def seed_group_of_logged(params: Mapping[str, str], logged_hash: str) -> str | None:
+    """`seed_group` of a job run logged before job runs carried it, rebuilt from its params
+    (the training config, flattened: `hacrl.job.runs.training_params`), or None when the
+    params do not rebuild the identity exactly: the rebuilt config must give the run's own
+    `config_hash` tag `logged_hash`, else a guess would group runs wrongly."""
+    tree: dict[str, Any] = {}
+    for name, text in params.items():
+        key, *_ = parts = name.split(".")
+        if key not in IDENTITY_KEYS:
+            continue
+        node = tree
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                return None  # `a` and `a.b` both logged: not a flattened config
+        node[parts[-1]] = _logged_value(text)
+    try:
+        cfg = OmegaConf.create(tree)
+        ident = training_identity(cfg)
+    except Exception:  # a param set this code cannot read as a config: no group for it
+        return None
+    if _digest(ident) != logged_hash:
+        return None
+    return _seed_group(ident)
+
+
+# the config keys `training_identity` reads (params of other keys cannot change it)
+IDENTITY_KEYS = ("agents", "method", "algo", "profile", "train", "rollout", "task", "seed",
+                 "timing_repeat", "scale", "engine")
+
+
+def _logged_value(text: str) -> Any:
+    """A param's value as the config held it (MLflow keeps `str(value)`): Python literals
+    (numbers, None, booleans, lists) back, anything else the string it is."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def _seed_group(ident: dict[str, Any]) -> str:
+    return _digest({"seed_group": {k: v for k, v in ident.items() if k != "seed"}})
+
+
+def _digest(ident: dict[str, Any]) -> str:
+    blob = json.dumps(ident, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -247,6 +247,8 @@ RANGES: dict[str, Range] = {
     "validation.max_new_tokens": TOKENS,
     "verify.timeout_s": real(0.0, 3600.0, open_low=True),
     "verify.workers": count(1, 256),
+    # what jobs cost: USD per GPU-hour by GPU type (an empty mapping by default)
+    "cost.gpu_hour_usd.*": real(0.0, 1e6),
     # evaluation
     "eval.use": items(text(NAME), 1),
     "eval.benchmarks": items(text(NAME), 1),

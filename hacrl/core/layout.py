@@ -6,6 +6,7 @@
         runs/.<config_hash>-<method>.lock    held while a process trains that job
         sweeps/<name>/                   one sweep (`SweepDir`): manifest, cell states, status
         reports/<sweep>-<scale>/         `hacrl report`
+        reports/compare-<a>-vs-<b>/      `hacrl compare A B`
         plots/                           `hacrl plot`
 
 The output root is resolved once (`Layout.at`: `~` expanded, absolute, symlinks resolved);
@@ -119,11 +120,20 @@ class Layout:
 
         return self.root / "runs" / ".locks" / f"eval-{hashlib.sha256(model.encode()).hexdigest()[:16]}.lock"
 
+    @property
+    def sweeps(self) -> Path:
+        """The folder of every sweep's folder."""
+        return self.root / "sweeps"
+
     def sweep(self, name: str) -> SweepDir:
-        return SweepDir(self.root / "sweeps" / name)
+        return SweepDir(self.sweeps / name)
 
     def report(self, sweep: str, scale: str) -> Path:
         return self.root / "reports" / f"{sweep}-{scale}"
+
+    def comparison(self, a: str, b: str) -> Path:
+        """`hacrl compare A B`'s folder (`a`, `b`: the sides' labels, safe as file names)."""
+        return self.root / "reports" / f"compare-{a}-vs-{b}"
 
     def plot(self, stem: str) -> Path:
         return self.root / "plots" / stem

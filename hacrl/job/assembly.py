@@ -63,6 +63,7 @@ from hacrl.job.runs import (
     start_runs,
     system_metrics,
 )
+from hacrl.job.usage import log_job_cost, prices, take_usage
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
 from hacrl.tracking import Tracker
@@ -146,11 +147,13 @@ def _train_job(spec: JobSpec, tracker: Tracker, layout: RunDir, teams: list[Team
                 team_results.append(result)
                 for phase in PHASES:
                     phases[phase] += float(result.get(phase, 0.0))
+        usage = take_usage()
         tracker.log_metrics(job_run, {M.WALL: time.perf_counter() - started,
                                       M.STARTUP: startup_s,
                                       **{M.seconds(k): v for k, v in phases.items()},
                                       M.TRACKING: tracker.busy_s,
                                       **peak_memory_metrics()}, step=steps)
+        summary["cost"] = log_job_cost(tracker, job_run, agent_runs, usage, prices(c), steps)
         log_scores(tracker, job_run, {m: v for r in team_results
                                       for m, v in (r.get("final") or {}).items()}, steps)
         faults.point("job_metrics")

@@ -20,6 +20,7 @@ from hacrl.config import JobSpec
 from hacrl.core import faults
 from hacrl.core.fileio import write_atomic
 from hacrl.core.layout import TeamDir
+from hacrl.engines.memory import peak_memory_metrics
 from hacrl.evaluation.runner import evaluate_into_run, latest_checkpoint, target_from_model
 from hacrl.job.lock import evaluation_lock
 from hacrl.job.runs import (
@@ -29,6 +30,7 @@ from hacrl.job.runs import (
     log_scores,
     newest_unfinished_job_run,
 )
+from hacrl.job.usage import job_totals, prices, take_usage, token_totals
 from hacrl.schema import metric_names as M
 from hacrl.schema import tags as T
 from hacrl.tracking import Tracker
@@ -110,6 +112,11 @@ def repair(spec: JobSpec, tracker: Tracker, directory: Path,
                   for k in (*PHASES, "wall_s")}
         tracker.log_metrics(job_run, {M.seconds(k): v for k, v in phases.items()}, steps)
         log_scores(tracker, job_run, evaluated_scores(tracker, agent_runs), steps)
+    if M.TOKENS_TRAINED not in run.data.metrics:  # the tokens are in the curves; CPU is lost
+        tokens = token_totals(tracker.client, agent_runs)
+        for run_id, metrics in tokens.items():
+            tracker.log_metrics(run_id, metrics, steps)
+        tracker.log_metrics(job_run, job_totals(tokens), steps)
     finish(tracker, list(agent_runs.values()), job_run, "FINISHED")
     return {"job_run_id": job_run, "agent_run_ids": agent_runs, "run_dir": str(directory),
             "teams": records, "status": "FINISHED", "repaired": True}
@@ -129,6 +136,8 @@ def evaluate_base(spec: JobSpec, tracker: Tracker) -> dict[str, Any]:
             try:
                 results = evaluate_into_run(c, target.model_path, tracker, target.run_id, 0,
                                             force=bool(c.force))
+                if any(not r.skipped and r.shared_with is None for r in results):
+                    _log_base_cost(tracker, target.run_id, prices(c))
                 status = "FINISHED"
             finally:
                 tracker.finish(target.run_id, status)
@@ -136,6 +145,17 @@ def evaluate_base(spec: JobSpec, tracker: Tracker) -> dict[str, Any]:
         final[agent.name] = {k: v for r in results for k, v in r.metrics.items()}
     return {"status": "FINISHED", "agent_run_ids": eval_runs, "teams": [{"final": final}],
             "job_run_id": None, "run_dir": None}
+
+
+def _log_base_cost(tracker: Tracker, run_id: str, table: dict[str, Any]) -> None:
+    """What a base model's evaluation cost (seconds, CPU, GPUs, peak memory) into its run: this
+    process's since it started or its previous evaluation ended (a later evaluation of the same
+    run replaces them)."""
+    usage = take_usage()
+    tracker.log_metrics(run_id, {M.WALL: usage.seconds, **usage.metrics(table),
+                                 **peak_memory_metrics()}, 0)
+    if tags := usage.tags():
+        tracker.set_tags(run_id, tags)
 
 
 def evaluate_finished(spec: JobSpec, tracker: Tracker, directory: Path,

@@ -1,7 +1,9 @@
 """A job's MLflow runs: what they are tagged with, how they start, are found again and end.
 
 A job has one `JOB` run and one nested `AGENT` run per model, all tagged with the job's
-identity (`identity_tags`) so any of them can be placed in a table without the config.
+identity (`identity_tags`) so any of them can be placed in a table without the config, and
+with its `seed_group` (the identity without the seed): `analysis.seed_groups` later nests the
+job runs of one cell's seeds under a group run holding the mean and interval over them.
 Ending is ordered: agent runs first, the job run last, so a FINISHED job run means the whole
 job is in the store (`finish`).
 """
@@ -15,7 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from hacrl.config import JobSpec
+from hacrl.config import JobSpec, seed_group
 from hacrl.config.protocol import evaluated_benchmarks
 from hacrl.core import faults
 from hacrl.data.tasks import load_problems
@@ -35,7 +37,7 @@ def identity_tags(spec: JobSpec) -> dict[str, str]:
     tags = {T.PAIR: pair, T.SETTING: setting, T.METHOD: spec.method.name, T.SEED: str(c.seed),
             T.SCALE: str(c.scale.name), T.ENGINE: str(c.engine.name), T.PROFILE: str(c.profile),
             T.GIT_COMMIT: git_commit(), T.CONFIG_HASH: spec.config_hash,
-            T.TIMING_REPEAT: str(c.get("timing_repeat", 0))}
+            T.SEED_GROUP: seed_group(c), T.TIMING_REPEAT: str(c.get("timing_repeat", 0))}
     cell = c.get("cell") or {}
     if cell.get("id"):
         tags[T.CELL] = str(cell.get("id"))
@@ -45,11 +47,12 @@ def identity_tags(spec: JobSpec) -> dict[str, str]:
 
 def training_params(spec: JobSpec) -> dict[str, str]:
     """The job's training config as MLflow params, flattened: every key except the catalogs
-    (all models, data sources, evaluation protocols) and where outputs go. The catalogs are in
-    the job's config artifact; the job's own models and protocols are kept."""
+    (all models, data sources, evaluation protocols), the price table and where outputs go.
+    The catalogs are in the job's config artifact; the job's own models and protocols are
+    kept."""
     tree = OmegaConf.to_container(spec.cfg, resolve=True)
     assert isinstance(tree, dict)
-    for key in ("output_root", "force", "cell", "models"):
+    for key in ("output_root", "force", "cell", "models", "cost"):
         tree.pop(key, None)
     tree.get("data", {}).pop("sources", None)
     evaluation = tree.get("eval", {})

@@ -19,16 +19,24 @@ Per-agent training metrics, one value a step (the report draws some as curves):
     grad_norm                               the engine's gradient norm (a name, no family)
 A job run's final scores (the MLflow runs list as a results table, `hacrl.tracking.ui_views`):
     avg/<model>, acc/<benchmark>/<model>    the main protocol's; `<protocol>/...` for others
+... and over the seeds of a cell, on its seed-group run (`analysis.seed_groups`), per score S:
+    S                                       the mean over seeds (the seeds' column, nested below)
+    ci_low/S, ci_high/S                     its 95% t-interval over seeds, in [0, 1] (none: one seed)
+    seeds/S                                 the number of seeds
+What a job cost, measured (`hacrl.job.usage`; seconds and memory are time/ and memory/'s):
+    cost/cpu_s, cost/gpus, cost/gpu_s, cost/usd   on the job run (a base model's: its eval run)
+    cost/tokens_sampled, cost/tokens_trained      on the job run (all agents) and each agent run
 The report reads REPORTED_PREFIXES' names and the training curves it draws. verl's own metrics
 keep verl's names under `verl/actor/` (`hacrl.engines.verl.update_metrics`): not ours to name.
 """
 
 from __future__ import annotations
 
-REPORTED_PREFIXES = ("eval/", "time/", "memory/", "ratio/", "val/")
+REPORTED_PREFIXES = ("eval/", "time/", "memory/", "ratio/", "val/", "cost/")
 # every family of metric names hacrl writes: a string that starts with one is built here only
 PREFIXES = (*REPORTED_PREFIXES, "reward/", "capability/", "omega/", "response/", "tokens/",
-            "retok/", "train/", "loss/", "clip/", "avg/", "acc/", "adv/")
+            "retok/", "train/", "loss/", "clip/", "avg/", "acc/", "adv/", "ci_low/", "ci_high/",
+            "seeds/")
 AVG = "avg"
 
 # seconds
@@ -43,6 +51,16 @@ TORCH_MAX_ALLOCATED = "memory/torch_max_allocated_gb"
 DEVICE_USED = "memory/device_used_gb"
 DEVICE_TOTAL = "memory/device_total_gb"
 DEVICE_USED_FRAC = "memory/device_used_frac"
+
+# what a job cost (`hacrl.job.usage`): CPU seconds of its process and children, the GPUs its
+# allocation holds and GPU seconds (GPUs x the process's seconds), the money when cost.gpu_hour_usd
+# prices its GPU type; response tokens sampled and trained on (own + borrowed), summed over steps
+CPU_S = "cost/cpu_s"
+GPUS = "cost/gpus"
+GPU_S = "cost/gpu_s"
+USD = "cost/usd"
+TOKENS_SAMPLED = "cost/tokens_sampled"
+TOKENS_TRAINED = "cost/tokens_trained"
 
 # per-agent training metrics (`hacrl.training.loop`, the engines)
 REWARD_MEAN = "reward/mean"
@@ -124,6 +142,35 @@ def omega(partner: str) -> str:
 def ratio(name: str, stat: str) -> str:
     """`ratio/<name>_<stat>`: a statistic (mean, min, max; sum, count) of S_HOMO or S_HETE."""
     return f"ratio/{name}_{stat}"
+
+
+def parse_job_score(name: str) -> tuple[str | None, str, str] | None:
+    """(protocol or None for the main one, benchmark or `avg`, model) of a `job_score` name;
+    None for any other name (a seed group's `seed_stat`s included)."""
+    parts = name.split("/")
+    if len(parts) in (3, 4) and parts[1] in (AVG, "acc") and f"{parts[0]}/" not in PREFIXES:
+        protocol, parts = parts[0], parts[1:]
+    else:
+        protocol = None
+    if len(parts) == 2 and parts[0] == AVG and parts[1]:
+        return protocol, AVG, parts[1]
+    if len(parts) == 3 and parts[0] == "acc" and parts[1] and parts[1] != AVG and parts[2]:
+        return protocol, parts[1], parts[2]
+    return None
+
+
+SEED_STATS = ("low", "high", "n")
+_SEED_STAT_FAMILY = {"low": "ci_low", "high": "ci_high", "n": "seeds"}
+
+
+def seed_stat(score: str, stat: str) -> str:
+    """A seed group's statistic of job score `score`: `low`/`high`, the ends of the mean's 95%
+    t-interval over seeds (`ci_low/avg/<model>`, `ci_high/...`); `n`, the number of seeds
+    (`seeds/...`). The mean itself is logged under `score`. The statistic comes first: the
+    MLflow UI's narrow column headers show a name's start."""
+    if stat not in SEED_STATS:
+        raise ValueError(f"seed statistic {stat!r}: one of {', '.join(SEED_STATS)}")
+    return f"{_SEED_STAT_FAMILY[stat]}/{score}"
 
 
 def job_score(benchmark: str, model: str, protocol: str | None = None) -> str:

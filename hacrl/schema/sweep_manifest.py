@@ -68,6 +68,9 @@ class CellRecord:
     zoo_seed: int = 0                  # the tiny zoo's draw (`scale.zoo_seed`); 0 without a zoo
     # resolved settings a report needs even when the cell has no run yet
     params: dict[str, Any] = field(default_factory=dict)
+    # its work in the cost model's units (`hacrl.sweep.cost_model.cell_work`); {} before them
+    work: dict[str, float] = field(default_factory=dict)
+    gpus: int = 0                      # GPUs its job holds (0 on a CPU)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 Every run carries `KIND`: a `JOB` run (one training job) with one nested `AGENT` run per trained
 model; `EVAL` runs (a model evaluated outside a job: base models, `hacrl eval --model`); `REPORT`
-runs (`hacrl report`). Job and agent runs carry the identity tags (`IDENTITY`), so any run can be
-placed in a table without its config; `CONFIG_HASH` is the key that says a job is done.
+runs (`hacrl report`); `GROUP` runs (one per `SEED_GROUP`: the seeds of a sweep cell, their
+job runs nested under it, `analysis.seed_groups`). Job and agent runs carry the identity tags
+(`IDENTITY`), so any run can be placed in a table without its config; `CONFIG_HASH` is the key
+that says a job is done, `SEED_GROUP` the same without the seed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 # what a run is
 KIND = "hacrl.kind"
 JOB, AGENT, EVAL, REPORT = "job", "agent", "eval", "report"
+GROUP = "seed_group"   # the seeds of one cell: mean and interval over them, jobs nested
 
 # identity of a job (also on its agent runs): plain names, so UI filters read naturally
 PAIR = "pair"
@@ -27,6 +30,12 @@ CONFIG_HASH = "config_hash"
 TIMING_REPEAT = "timing_repeat"
 IDENTITY = (PAIR, SETTING, METHOD, SEED, SCALE, ENGINE, PROFILE, GIT_COMMIT, CONFIG_HASH,
             TIMING_REPEAT)
+# the training identity without the seed (`hacrl.config.identity.seed_group`): equal on the
+# job runs of one cell's seeds, and on their GROUP run
+SEED_GROUP = "seed_group"
+SEEDS = "seeds"        # a GROUP run: the seeds its values are over ("0,1,42")
+INTERVAL = "interval"  # ... and what its low/high are ("95% t-interval", or why there are none)
+REVISION = "hacrl.revision"  # ... and how often it was written (the step of its latest values)
 MODEL = "model"        # an agent or evaluation run: the catalog name of its model
 SWEEP = "sweep"        # a report run: the sweep it reports
 
@@ -46,6 +55,7 @@ REPORT_DIR = "hacrl.report_dir"
 PID = "hacrl.pid"                    # the process that runs it, to tell a dead run from a live one
 PID_TOKEN = "hacrl.pid_token"
 HOST = "hacrl.host"
+GPU_TYPE = "hacrl.gpu_type"          # a job's (or base evaluation's) GPU model, when it had GPUs
 
 # MLflow's own
 PARENT = "mlflow.parentRunId"
@@ -65,6 +75,12 @@ def zoo_draw(tags: dict[str, str]) -> str:
 def job_run_name(method: str, pair: str, seed: object) -> str:
     """What the runs list shows for a job: `hacpo · qwen3-1.7b-base+qwen3-4b-base · seed 0`."""
     return f"{method} · {pair} · seed {seed}"
+
+
+def group_run_name(method: str, pair: str, seeds: int) -> str:
+    """... and for the seeds of one cell (a `GROUP` run), the job's name with the number of
+    seeds for the seed: `hacpo · qwen3-1.7b-base+qwen3-4b-base · 8 seeds`."""
+    return f"{method} · {pair} · {seeds} seed{'' if seeds == 1 else 's'}"
 
 
 def agent_run_name(method: str, model: str) -> str:

@@ -30,6 +30,7 @@ from hacrl.config.protocol import paper_benchmark
 from hacrl.config.ranges import check_leaf_ranges
 from hacrl.core.layout import Layout
 from hacrl.schema.sweep_manifest import CellRecord, MethodRecord, PairRecord
+from hacrl.sweep.cost_model import cell_work, job_gpus
 
 SWEEP_DIR = CONFIG_DIR / "sweep"  # the repository's sweeps/ links here
 # resolved config values kept with each cell (analysis/ places cells in tables by them)
@@ -368,6 +369,7 @@ def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -
     from its overrides; a sweep passes one that composes each set of group choices once)."""
     cells: dict[str, Cell] = {}
     wanted: dict[str, set[str] | None] = {}  # cell -> the benchmarks its grids read (None: all)
+    configs: dict[str, DictConfig] = {}  # cell -> the config it was first composed with
     asked = 0
     for sweep, grid in load_grids(name, dirs):
         unknown = [k for k in grid if k in ("include", "grids")]
@@ -404,6 +406,8 @@ def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -
                                                  int(cell_cfg.seed), cost=bool(cost),
                                                  estimate=_estimate(cell_cfg, len(team)))
                         _fill_facts(cell, cell_cfg)
+                        cell.gpus = job_gpus(cell_cfg)
+                        configs[key] = cell_cfg
                     if sweep not in cell.sweeps:
                         cell.sweeps.append(sweep)
                     if not cost:
@@ -416,6 +420,8 @@ def expand(name: str, compose: Compose, dirs: tuple[Path, ...] = (SWEEP_DIR,)) -
         reads = wanted.get(key)
         if reads is not None:  # every grid that asked for it reads only these
             cell.benchmarks = [b for b in cell.benchmarks if paper_benchmark(b) in reads]
+        # what it costs, from the config of its first grid (equal cells train alike)
+        cell.work = cell_work(configs[key], cell.agents, cell.benchmarks, cell.protocols)
     return Expansion(list(cells.values()), asked)
 
 

@@ -157,7 +157,9 @@ class SweepRun:
                     raise
                 say(f"warning: SLURM would refuse these jobs: {err}")  # the script still shown
         if self.dry_run:
-            return self._dry_run([before[c.id] for c in cells], len(todo))
+            rows = self._dry_run([before[c.id] for c in cells], len(todo))
+            self._estimate(first, expansion, skipped)
+            return rows
         outcome: dict[str, str] = {}
         self.walls: dict[str, float] = {}  # dispatch -> return, per launched cell
         main = sorted((c for c in todo if not c.cost), key=lambda c: -c.estimate)
@@ -206,6 +208,22 @@ class SweepRun:
             print(f"# sbatch script of the job array ({todo} cells):")
             print(render_sbatch(launcher, folder, array_size=todo), flush=True)
         return rows
+
+    def _estimate(self, first: DictConfig, expansion: Expansion, done: set[str]) -> None:
+        """The cost estimate of the cells still to run (`hacrl.sweep.cost_plan`)."""
+        from omegaconf import OmegaConf
+
+        from hacrl.config import compose
+        from hacrl.sweep.cost_plan import calibration_for, format_plan, plan
+
+        local = type(self.launcher).__name__ in LOCAL_LAUNCHERS
+        slots = self._parallel(int(first.engine.get("threads") or 1)) if local else None
+        calibration = calibration_for(str(first.scale.name), Layout.at(first.output_root).root,
+                                      lambda overrides: compose(["scale=paper", *overrides]))
+        prices = OmegaConf.select(first, "cost.gpu_hour_usd", default=None)
+        prices = {str(k): float(v) for k, v in (prices or {}).items()}
+        print(format_plan(plan(expansion.cells, done, calibration, slots, expansion.asked),
+                          prices), flush=True)
 
     def _launcher_settings(self) -> dict[str, Any]:
         from omegaconf import OmegaConf
