@@ -247,8 +247,8 @@ def amount(column: str, value: float) -> str:
 def summary_line(costs: list[CellCost], others: dict[str, int]) -> str:
     """`hacrl status`'s line: the done cells' cost so far, and the cells not counted yet."""
     parts = []
-    names = {"wall_s": "wall {}", "cpu_s": "CPU {}", "gpu_s": "GPU {}", PEAK: "peak RSS {}",
-             "tokens_sampled": "{} tokens sampled", "tokens_trained": "{} trained",
+    names = {"wall_s": "cells' wall {} (summed)", "cpu_s": "CPU {}", "gpu_s": "GPU {}",
+             PEAK: "peak RSS {}", "tokens_sampled": "{} tokens sampled", "tokens_trained": "{} trained",
              "usd": "{}"}
     for column, name in names.items():
         value = total(costs, column)

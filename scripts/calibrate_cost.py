@@ -77,6 +77,8 @@ def main() -> int:
     print("seconds per unit:", {u: round(v, 4) for u, v in
                                 calibration.seconds_per_unit.items()})
     print(calibration.error_summary())
+    if calibration.loo_total_error is not None:
+        print(f"summed over the cells, left out one at a time: {calibration.loo_total_error:+.1%}")
     errors = np.asarray(calibration.loo_errors)
     for method in dict.fromkeys(m for _, _, m, _ in rows):
         index = [i for i, r in enumerate(rows) if r[2] == method]
@@ -99,7 +101,8 @@ def main() -> int:
         write_json(target, {"source": calibration.source, "rows": calibration.rows,
                             "units": list(UNITS),
                             "seconds_per_unit": calibration.seconds_per_unit,
-                            "loo_errors": [round(e, 4) for e in calibration.loo_errors]})
+                            "loo_errors": [round(e, 4) for e in calibration.loo_errors],
+                            "loo_total_error": calibration.loo_total_error})
         print(f"wrote {target}")
     return 0
 

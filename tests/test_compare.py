@@ -24,6 +24,10 @@ import pandas as pd
 import pytest
 
 from analysis import compare as C
+from analysis.compare_page import verdict_text
+from analysis.compare_pairing import pair_cells
+from analysis.compare_runs import RunPicker
+from analysis.compare_sides import COMMIT_PREFIX, FORMS, CompareError, Side, SweepSpec, parse_spec
 from hacrl.schema.sweep_manifest import CellRecord, SweepManifest, read_manifest, write_manifest
 
 AGENTS = ("qwen3-1.7b-base", "qwen3-4b-base")
@@ -57,7 +61,7 @@ def test_cells_pair_by_identity_less_what_differs_between_the_sweeps() -> None:
         _cell("b3", "hacpo", 0, "train.steps=100", "algo.delta_step=0.2"),
         _cell("g1", "gspo", 0, "train.steps=100", agents=AGENTS[1:])],
         "algo.alpha=2", "train.lr=0.001")
-    pairing = C.pair_cells(a, b)
+    pairing = pair_cells(a, b)
     # the command line's alpha, and train.steps, which every grid cell of each sweep sets alike
     assert pairing.differs == ["algo.alpha: 1 -> 2 (command line)",
                                "train.steps: 50 -> 100 (grids)"]
@@ -83,15 +87,15 @@ def test_an_ignored_key_is_left_out_of_the_identity() -> None:
     a = _manifest("a", [_cell("a0", "hacpo", 0, "algo.delta_step=0.1"),
                         _cell("a1", "hacpo", 0, "algo.delta_step=0.3", "train.steps=5")])
     b = _manifest("b", [_cell("b0", "hacpo", 0, "algo.delta_step=0.2")])
-    assert not any(all(side) for side in C.pair_cells(a, b).groups.values())
-    pairing = C.pair_cells(a, b, ignore=["algo.delta_step"])
+    assert not any(all(side) for side in pair_cells(a, b).groups.values())
+    pairing = pair_cells(a, b, ignore=["algo.delta_step"])
     ((key, (in_a, in_b)),) = [(k, v) for k, v in pairing.groups.items() if all(v)]
     assert in_a[0].id == "a0" and in_b[0].id == "b0" and key.grid == ("method=hacpo", "pair=size")
     assert "algo.delta_step: (ignored, --ignore)" in pairing.differs
     # two cells of A that differ only in the ignored key would be one identity: said, not merged
     a = _manifest("a", [_cell("a0", "hacpo", 0, "algo.delta_step=0.1"),
                         _cell("a1", "hacpo", 0, "algo.delta_step=0.3")])
-    pairing = C.pair_cells(a, b, ignore=["algo.delta_step"])
+    pairing = pair_cells(a, b, ignore=["algo.delta_step"])
     assert [u.reason for u in pairing.unpaired] == [
         "A has another cell of this identity (a0); the keys left out tell them apart"]
 
@@ -107,7 +111,7 @@ def test_a_side_is_a_folder_a_root_and_name_or_a_name_and_maybe_a_commit(
         text: str, folder: str, commit: str | None, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    spec = C.parse_spec(text, tmp_path / "root", "A")
+    spec = parse_spec(text, tmp_path / "root", "A")
     expected = folder.replace("ROOT", str((tmp_path / "root").resolve())).replace(
         "CWD", str(tmp_path.resolve()))
     assert (str(spec.folder), spec.commit) == (expected, commit)
@@ -116,10 +120,10 @@ def test_a_side_is_a_folder_a_root_and_name_or_a_name_and_maybe_a_commit(
 @pytest.mark.parametrize("text", ["cmpa@xyz1", "cmpa@abc", "@abcd", "::cmpa", "root::",
                                   "two words", "root::a/b"])
 def test_a_side_in_no_known_form_names_the_forms(text: str, tmp_path: Path) -> None:
-    with pytest.raises(C.CompareError) as err:
-        C.parse_spec(text, tmp_path, "B")
+    with pytest.raises(CompareError) as err:
+        parse_spec(text, tmp_path, "B")
     message = str(err.value)
-    assert message.startswith(f"B={text!r}") and C.FORMS in message and "\n" not in message
+    assert message.startswith(f"B={text!r}") and FORMS in message and "\n" not in message
     assert err.value.exit_code == 2
 
 
@@ -156,10 +160,10 @@ def test_a_regression_fails_only_when_asked_significant_and_beyond_the_tolerance
     assert rows[("hacpo", "AVG")].outcome == C.WORSE
     assert rows[("hacpo", "AVG")].lost == 3 * len(lost)
     assert rows[("hacpo", "tiny_aime2025")].outcome == C.NO_DIFFERENCE
-    assert C.verdict_text(rows[("hacpo", "tiny_aime2025")]).startswith("no difference: the same")
+    assert verdict_text(rows[("hacpo", "tiny_aime2025")]).startswith("no difference: the same")
     # 5% of answers flipped at random both ways: inside the noise, with the MDE said
     assert rows[("gspo", "AVG")].outcome == C.NO_DIFFERENCE
-    assert "(MDE " in C.verdict_text(rows[("gspo", "AVG")])
+    assert "(MDE " in verdict_text(rows[("gspo", "AVG")])
     assert {r.label for r in result.regressions(0.5)} == {"hacpo, x, tiny_gsm8k", "hacpo, x, AVG"}
     assert C.exit_code(result, False, 0.5) == 0
     assert C.exit_code(result, True, 0.5) == C.REGRESSION_EXIT == 3
@@ -244,9 +248,9 @@ def test_at_a_commit_a_cell_whose_hash_changed_is_found_by_identity(new_output_r
     twice = [job(f"h2-{i}", "hacpo", AGENTS, 2, **{"algo.delta_step": "0.1"}) for i in (0, 1)]
     cells = {seed: _cell(f"h{seed}", "hacpo", seed, "algo.delta_step=0.1") for seed in (0, 1, 2)}
     store = open_store(uri, "hacrl-tiny")
-    side = C.Side(C.SweepSpec("s@0123abcd", root / "sweeps" / "s", "0123abcd"),
-                  _manifest("s", list(cells.values())), store, "s@0123abcd")
-    picker = C._Picker(side, side.runs(), "main")
+    side = Side(SweepSpec("s@0123abcd", root / "sweeps" / "s", "0123abcd"),
+                _manifest("s", list(cells.values())), store, "s@0123abcd")
+    picker = RunPicker(side, side.runs(), "main")
     picked = picker.pick(cells, AGENTS[1])
     assert picked.runs == {0: mine[AGENTS[1]], 1: own[AGENTS[1]]}
     assert picked.why[2] == ("2 cells of the sweep at commit 0123abcd match by identity (config "
@@ -258,10 +262,10 @@ def test_at_a_commit_a_cell_whose_hash_changed_is_found_by_identity(new_output_r
                     "(its config hash h0-before, the manifest's h0)")
     # a cell its sweep evaluated under another protocol only
     other = dataclasses.replace(cells[1], protocols=["ablation"])
-    assert C._Picker(side, side.runs(), "main").pick({1: other}, AGENTS[1]).why == {
+    assert RunPicker(side, side.runs(), "main").pick({1: other}, AGENTS[1]).why == {
         1: "not evaluated under protocol main (its: ablation)"}
     # without a commit, a cell is its hash alone
-    plain = C._Picker(dataclasses.replace(side, spec=C.SweepSpec("s", side.spec.folder)), store,
+    plain = RunPicker(dataclasses.replace(side, spec=SweepSpec("s", side.spec.folder)), store,
                       "main").pick(cells, AGENTS[1])
     assert plain.runs == {1: own[AGENTS[1]]} and plain.why[0] == "not run"
 
@@ -540,7 +544,7 @@ def test_one_sweep_at_two_commits(world: World, capsys) -> None:
                      & (store.runs["git_commit"] != OLD_COMMIT)]["git_commit"]
     assert len(new) == 3  # the job and its two agents, trained again
     commit = str(new.iloc[0])
-    if not C._COMMIT.fullmatch(commit):
+    if not COMMIT_PREFIX.fullmatch(commit):
         pytest.skip(f"the checkout has no git commit ({commit})")
     old, now = OLD_COMMIT[:8], commit[:10]
     code, out, err = _compare(capsys, f"cmpa@{old}", f"cmpa@{now}", f"output_root={root}")

@@ -329,7 +329,7 @@ def test_a_sweeps_cost_table_sums_its_cells_and_status_prints_it(
     capsys.readouterr()
     assert main(["status", "mini", f"output_root={root}"]) == 0
     out = capsys.readouterr().out
-    assert f"cost so far (5 cells done): wall {summed(everything, 'wall s'):.0f} s, " \
+    assert f"cost so far (5 cells done): cells' wall {summed(everything, 'wall s'):.0f} s (summed), " \
            f"CPU {summed(everything, 'CPU s'):.0f} s, GPU 0 s, peak RSS " in out, out
     trained = summed(everything, "tokens trained")
     assert 1000 <= trained < 1e6

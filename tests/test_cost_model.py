@@ -164,11 +164,15 @@ def test_the_paper_calibration_fits_table7_and_states_its_error() -> None:
 
 
 def _manifest(folder: Path, cells: list[CellRecord], walls: dict[str, float]) -> None:
+    """A finished sweep's folder: odd cells as a SLURM array or an earlier run leaves them
+    (skipped, the seconds their job recorded only), even ones measured by the sweep."""
     write_manifest(folder, SweepManifest(sweep=folder.name, cells=cells, arguments=[],
                                          asked=len(cells), tracking_uri="sqlite:///x.db"))
+    rows = [{"cell": k, "status": "done", "wall_s": v, "seconds": v - 1.0} if i % 2 == 0 else
+            {"cell": k, "status": "skipped", "seconds": v} for i, (k, v) in enumerate(walls.items())]
+    rows.append({"cell": "f" * 12, "status": "failed", "seconds": 1e6})  # not a measurement
     write_json(SweepDir(folder).status, {"sweep": folder.name, "seconds": sum(walls.values()),
-                                         "rows": [{"cell": k, "status": "done", "wall_s": v}
-                                                  for k, v in walls.items()]})
+                                         "rows": rows})
 
 
 def test_a_root_that_measured_enough_cells_calibrates_on_them(tmp_path: Path) -> None:
@@ -177,7 +181,8 @@ def test_a_root_that_measured_enough_cells_calibrates_on_them(tmp_path: Path) ->
     walls = {c.id: 2.0 * c.work["train"] + 5.0 for c in cells}
     _manifest(tmp_path / "sweeps" / "one", cells, walls)
     rows = measured_rows(tmp_path, "tiny")
-    assert len(rows) == 10 and measured_rows(tmp_path, "paper") == []
+    assert sorted(s for _, s in rows) == sorted(walls.values())
+    assert measured_rows(tmp_path, "paper") == []
     calibration = calibration_for("tiny", tmp_path, compose)
     assert "10 cells measured" in calibration.source
     assert calibration.seconds_per_unit["train"] == pytest.approx(2.0)

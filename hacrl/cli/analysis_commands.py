@@ -129,25 +129,27 @@ def _compare(args: argparse.Namespace, overrides: list[str]) -> int:
     import sys
 
     from analysis import compare as C
+    from analysis import compare_page as page
+    from analysis.compare_sides import CompareError, check_folder, labels, parse_spec
     from hacrl.config import compose
     from hacrl.core.layout import Layout
 
     if not math.isfinite(args.tolerance) or args.tolerance < 0:
-        raise C.CompareError(f"--tolerance {args.tolerance}: a number of points >= 0")
+        raise CompareError(f"--tolerance {args.tolerance}: a number of points >= 0")
     assert C.REGRESSION_EXIT == REGRESSION_EXIT
     cfg = compose(overrides)
     layout = Layout.at(cfg.output_root)
-    specs = [C.parse_spec(text, layout.root, side) for text, side in ((args.a, "A"), (args.b, "B"))]
+    specs = [parse_spec(text, layout.root, side) for text, side in ((args.a, "A"), (args.b, "B"))]
     for spec, side in zip(specs, "AB", strict=True):
-        C.check_folder(spec, side)
-    names = C.labels(*specs)
+        check_folder(spec, side)
+    names = labels(*specs)
     stores: dict[tuple[str, str], Any] = {}
     sides = [_compare_side(spec, side, name, overrides, cfg, stores)
              for spec, side, name in zip(specs, "AB", names, strict=True)]
     result = C.compare(*sides, ignore=args.ignore, protocol=args.protocol)
-    folder = C.write(result, Path(args.out) if args.out else layout.comparison(*names),
-                     args.tolerance if args.fail_on_regression else None)
-    print(C.terminal(result))
+    folder = page.write(result, Path(args.out) if args.out else layout.comparison(*names),
+                        args.tolerance if args.fail_on_regression else None)
+    print(page.terminal(result))
     print(f"compared {result.tests} tests ({len(result.unpaired)} not compared) -> "
           f"{folder / 'index.html'}")
     code = C.exit_code(result, args.fail_on_regression, args.tolerance)
@@ -156,7 +158,7 @@ def _compare(args: argparse.Namespace, overrides: list[str]) -> int:
         print(f"hacrl: compare: {len(found)} significant regression(s) of B beyond "
               f"--tolerance {args.tolerance:g} pt (exit {code}):", file=sys.stderr)
         for row in found:
-            print(f"hacrl: compare:   {C.regression_line(row)}", file=sys.stderr)
+            print(f"hacrl: compare:   {page.regression_line(row)}", file=sys.stderr)
     return code
 
 
@@ -165,7 +167,7 @@ def _compare_side(spec: Any, side: str, label: str, overrides: list[str], cfg: A
     """One side: its manifest (paths re-based onto where the folder is now) and its store (the
     manifest's; the experiment its command line's scale and tracking.experiment name, unless
     this command line sets them), each store opened once."""
-    from analysis.compare import CompareError, Side
+    from analysis.compare_sides import CompareError, Side
     from analysis.store import open_store
     from hacrl.config import compose
     from hacrl.core.layout import Layout

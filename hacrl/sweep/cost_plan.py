@@ -36,8 +36,10 @@ TINY_FILE = "calibration_tiny.json"
 
 def measured_rows(output_root: Path, scale: str) -> list[tuple[dict[str, float], float]]:
     """(work, seconds) of every finished cell the sweeps under `output_root` ran at `scale`:
-    the seconds from launch to return the sweep recorded (status.json), for cells whose
-    manifest holds their work (sweeps written since the cost model)."""
+    the seconds from launch to return the sweep recorded (status.json; local launchers), else
+    the seconds the cell's job recorded in its state file (a SLURM array's cells, and cells an
+    earlier run of the sweep finished), for cells whose manifest holds their work (sweeps
+    written since the cost model)."""
     rows: dict[str, tuple[dict[str, float], float]] = {}
     sweeps = Layout(output_root).sweeps
     for folder in sorted(sweeps.iterdir()) if sweeps.is_dir() else []:
@@ -48,8 +50,8 @@ def measured_rows(output_root: Path, scale: str) -> list[tuple[dict[str, float],
             continue
         if manifest is None:
             continue
-        walls = {r.get("cell"): r.get("wall_s") for r in status.get("rows", [])
-                 if r.get("status") == "done"}
+        walls = {r.get("cell"): r.get("wall_s") or r.get("seconds")
+                 for r in status.get("rows", []) if r.get("status") in ("done", "skipped")}
         for cell in manifest.cells:
             wall = walls.get(cell.id)
             if cell.scale == scale and cell.work and isinstance(wall, int | float) and wall > 0:
@@ -61,7 +63,7 @@ def tiny_calibration() -> Calibration:
     """The shipped tiny calibration (`scripts/calibrate_cost.py --write` made it)."""
     data = json.loads(resources.files("hacrl.sweep").joinpath(TINY_FILE).read_text())
     return Calibration(data["seconds_per_unit"], data["source"], int(data["rows"]),
-                       [float(e) for e in data["loo_errors"]])
+                       [float(e) for e in data["loo_errors"]], data.get("loo_total_error"))
 
 
 def paper_calibration(compose_paper: Callable[[list[str]], DictConfig]) -> Calibration:
