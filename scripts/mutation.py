@@ -89,6 +89,9 @@ GROUPS: dict[str, Group] = {
     "stats": Group(("analysis/stats.py",),
                    ("tests/test_stats.py", "tests/test_stats_exact.py", "tests/test_verdicts.py",
                     "tests/test_claims.py", "tests/test_analysis.py")),
+    # the predicted cost: a cell's work, the fit, the sweep's wall time, the calibrations
+    "cost_model": Group(("hacrl/sweep/cost_model.py", "hacrl/sweep/cost_plan.py"),
+                        ("tests/test_cost_model.py",)),
     "verdicts": Group(("analysis/verdicts.py",),
                       ("tests/test_verdicts.py", "tests/test_claims.py", "tests/test_stats.py",
                        "tests/test_analysis.py")),

@@ -216,3 +216,32 @@ def test_the_dry_run_prints_the_estimate(tmp_path, cli_env, hacrl_cmd, sweep_fil
     assert "gspo " in text and "hacpo " in text
     # nothing ran
     assert not (tmp_path / "runs").exists()
+
+
+def test_validation_counts_its_problems_or_the_whole_benchmark() -> None:
+    """In-loop validation: `validation.problems` of the benchmark, or all of its rows (null)."""
+    def generate(*extra: str) -> float:
+        cfg = compose(["method=gspo", "validation.every=5", *extra])
+        return cell_work(cfg, ["qwen3-1.7b-base"], [])["generate"]
+
+    cfg = compose(["method=gspo", "validation.every=5"])
+    size = model_size_b(cfg, "qwen3-1.7b-base")
+    validations = cfg.train.steps // 5 + 1
+    per_problem = size * validations * cfg.validation.max_new_tokens
+    some, none_ = generate("validation.problems=10"), generate("validation.problems=null")
+    rows = cfg.data.sources[str(cfg.validation.benchmark)].rows
+    assert none_ - some == pytest.approx(per_problem * (rows - 10))
+    assert generate("validation.every=0") < some
+
+
+def test_a_prediction_counts_only_the_units_both_sides_name() -> None:
+    from hacrl.sweep.cost_model import Calibration
+
+    calibration = Calibration({"train": 2.0}, "x", 3, [0.1, -0.3, 0.2], 0.05)
+    assert calibration.predict({"train": 3.0, "cells": 1.0}) == 6.0  # no seconds for cells
+    assert Calibration({"train": 2.0, "cells": 5.0}, "x").predict({"train": 3.0}) == 6.0
+    assert calibration.typical_error() == pytest.approx(0.2)
+    assert calibration.error_summary() == \
+        "leave-one-out error over 3 rows: median 20%, largest 30%"
+    assert Calibration({}, "x").typical_error() is None
+    assert "no leave-one-out" in Calibration({}, "x").error_summary()
